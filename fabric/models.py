@@ -1,0 +1,1 @@
+"""InfiniBand fabrics: switches, HCAs, ports, links and the locality levels they define."""

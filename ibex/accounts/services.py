@@ -1,0 +1,69 @@
+"""Every change to organisations, memberships and API keys goes through here."""
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from ibex.accounts.models import ApiKey, Membership, Organization
+
+KEY_PREFIX = "ibex"
+ROLES = ("tenant", "provider", "operator")
+
+
+def hash_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    api_key: ApiKey
+    raw_key: str  # shown once, never stored
+
+
+@transaction.atomic
+def create_organization(*, slug: str, name: str = "", roles: tuple[str, ...] = ()) -> Organization:
+    unknown = set(roles) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown role(s): {', '.join(sorted(unknown))}")
+    return Organization.objects.create(
+        slug=slug,
+        name=name or slug,
+        is_tenant="tenant" in roles,
+        is_provider="provider" in roles,
+        is_operator="operator" in roles,
+    )
+
+
+@transaction.atomic
+def issue_api_key(*, organization: Organization, scopes: list[str], name: str = "",
+                  user=None, expires_at: datetime | None = None) -> IssuedKey:
+    """Create a key for an organisation; without a user, the org's service user holds it."""
+    unknown = set(scopes) - set(ApiKey.Scope.values)
+    if unknown:
+        raise ValueError(f"unknown scope(s): {', '.join(sorted(unknown))}")
+    if user is None:
+        user = _service_user(organization)
+    prefix = secrets.token_hex(6)
+    raw_key = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    api_key = ApiKey.objects.create(
+        organization=organization, user=user, name=name, prefix=prefix,
+        key_hash=hash_key(raw_key), scopes=sorted(set(scopes)), expires_at=expires_at,
+    )
+    return IssuedKey(api_key=api_key, raw_key=raw_key)
+
+
+def _service_user(organization: Organization):
+    user, _ = get_user_model().objects.get_or_create(username=f"{organization.slug}-service")
+    Membership.objects.get_or_create(
+        user=user, organization=organization, defaults={"role": Membership.Role.ADMIN}
+    )
+    return user
+
+
+def revoke_api_key(*, api_key: ApiKey) -> None:
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -1,0 +1,142 @@
+"""`make demo`: run a whole IBEX installation on this machine and stop it on Ctrl-C.
+
+Starts (or reuses) the embedded PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset,
+migrates, then runs the web server (gunicorn), a Celery worker and Celery beat as children.
+Ctrl-C (SIGINT) or SIGTERM stops the children in order, then the embedded services.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ibex.config import ConfigError, check_redis_url, database_from_url
+from ibex.runtime import EmbeddedServiceError, use_embedded_services, var_dir
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+STOP_GRACE_S = 20
+
+
+class Stop(Exception):
+    pass
+
+
+def _on_signal(signum, frame):
+    raise Stop(signal.Signals(signum).name)
+
+
+def preflight(env: dict[str, str]) -> None:
+    """Fail with one line when PostgreSQL or Redis cannot be reached."""
+    import psycopg
+    import redis
+
+    db = database_from_url(env["DATABASE_URL"])
+    try:
+        psycopg.connect(
+            dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"], host=db["HOST"],
+            port=db["PORT"] or None, connect_timeout=5,
+        ).close()
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot connect to PostgreSQL ({first}); check DATABASE_URL "
+                          "or unset it to use the embedded PostgreSQL") from None
+    url = check_redis_url(env["REDIS_URL"])
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except (redis.RedisError, OSError) as exc:
+        raise ConfigError(f"cannot reach Redis at {url} ({exc}); check REDIS_URL "
+                          "or unset it to use the embedded Redis") from None
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def children(host: str, port: int) -> dict[str, list[str]]:
+    python = sys.executable
+    return {
+        "web": [python, "-m", "gunicorn", "ibex.wsgi:application", "--bind", f"{host}:{port}",
+                "--workers", os.environ.get("WEB_CONCURRENCY", "2"), "--access-logfile", "-"],
+        "worker": [python, "-m", "celery", "-A", "ibex", "worker", "--loglevel", "info",
+                   "--concurrency", "2", "--hostname", f"demo-{os.getpid()}@%h"],
+        "beat": [python, "-m", "celery", "-A", "ibex", "beat", "--loglevel", "info",
+                 "--schedule", str(var_dir() / "celerybeat-schedule")],
+    }
+
+
+def stop_children(processes: dict[str, subprocess.Popen]) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for name, process in processes.items():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"ibex: {name} did not stop in {STOP_GRACE_S} s; killing it", flush=True)
+            process.kill()
+            process.wait()
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    os.chdir(BASE_DIR)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ibex.settings")
+    os.environ.setdefault("DEBUG", "1")  # the demo serves plain HTTP on localhost
+    host = os.environ.get("IBEX_HOST", "127.0.0.1")
+    port = int(os.environ.get("IBEX_PORT", "8000"))
+    processes: dict[str, subprocess.Popen] = {}
+    try:
+        if not port_is_free(host, port):
+            raise ConfigError(f"port {port} on {host} is in use (another `make demo`?); "
+                              "stop it or set IBEX_PORT")
+        os.environ.update(use_embedded_services(
+            database=not os.environ.get("DATABASE_URL"),
+            broker=not os.environ.get("REDIS_URL"),
+        ))
+        preflight(dict(os.environ))
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], check=True)
+        for name, argv in children(host, port).items():
+            # Own sessions: Ctrl-C reaches only this runner, which stops them in order.
+            processes[name] = subprocess.Popen(argv, start_new_session=True)
+        print(f"\nIBEX is running at http://{host}:{port}/api/v1/ (docs: /api/v1/docs/, "
+              f"readiness: /readyz). Press Ctrl-C to stop.\n", flush=True)
+        while True:
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    print(f"ibex: {name} exited with status {process.returncode}; stopping",
+                          flush=True)
+                    return 1
+            time.sleep(0.5)
+    except Stop as stop:
+        print(f"\nibex: {stop} received, stopping", flush=True)
+        return 0
+    except (ConfigError, EmbeddedServiceError) as exc:
+        print(f"ibex: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except subprocess.CalledProcessError as exc:
+        print(f"ibex: {' '.join(exc.cmd[1:])} failed with status {exc.returncode}",
+              file=sys.stderr, flush=True)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop_children(processes)
+        if processes:
+            print("ibex: stopped cleanly", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

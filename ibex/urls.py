@@ -1,0 +1,24 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from ibex import health
+from ibex.accounts.api import whoami
+from ibex.api.views import api_root
+
+api_v1 = [
+    path("", api_root, name="api-root"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("me/", whoami, name="whoami"),
+]
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/v1/", include(api_v1)),
+    path("admin/", admin.site.urls),
+]
+
+handler404 = "ibex.api.errors.json_404"
+handler500 = "ibex.api.errors.json_500"

@@ -1,0 +1,1 @@
+"""Asks and prices, orders, auctions, leases and the ledger."""

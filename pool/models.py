@@ -1,0 +1,1 @@
+"""Nodes, GPUs, health and heartbeats from node agents, logical pools and quotas."""

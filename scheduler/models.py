@@ -1,0 +1,1 @@
+"""Placement of won leases, binding, preemption and SLA enforcement."""

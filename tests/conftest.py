@@ -1,0 +1,98 @@
+"""Shared test fixtures: plain HTTP for the test client, API clients and a real Celery worker.
+
+The tests run against PostgreSQL and Redis: the real services when DATABASE_URL/REDIS_URL
+are set, IBEX's embedded ones otherwise (started by the settings, stopped at exit).
+"""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from ibex.celery import app as celery_app
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+WORKER_START_TIMEOUT_S = 60
+
+
+@pytest.fixture(autouse=True)
+def _plain_http(settings):
+    # Production settings redirect HTTP to HTTPS; the test client speaks plain HTTP.
+    settings.SECURE_SSL_REDIRECT = False
+
+
+def database_url_for(settings_dict: dict) -> str:
+    """The URL of the database the tests use, for processes the tests start."""
+    user = quote(settings_dict["USER"] or "")
+    password = f":{quote(settings_dict['PASSWORD'])}" if settings_dict["PASSWORD"] else ""
+    host = settings_dict["HOST"] or ""
+    port = settings_dict["PORT"] or ""
+    name = settings_dict["NAME"]
+    if host.startswith("/"):
+        return f"postgresql://{user}{password}@/{name}?host={host}"
+    return f"postgresql://{user}{password}@{host}{':' + port if port else ''}/{name}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url_for(connection.settings_dict)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker):
+    """A real `celery worker` process on a queue of its own, against the test database."""
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    with django_db_blocker.unblock():
+        env = child_env(CELERY_QUEUE=queue)
+    previous_queue = celery_app.conf.task_default_queue
+    celery_app.conf.task_default_queue = queue
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "ibex", "worker", "--pool", "solo",
+         "--queues", queue, "--hostname", f"{queue}@%h", "--loglevel", "warning",
+         "--without-mingle", "--without-gossip"],
+        cwd=BASE_DIR, env=env,
+    )
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    while not celery_app.control.ping(destination=[_hostname(queue)], timeout=0.5):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"the Celery worker did not start (status {process.poll()})")
+    yield process
+    process.terminate()
+    process.wait(timeout=30)
+    celery_app.conf.task_default_queue = previous_queue
+
+
+def _hostname(queue: str) -> str:
+    import socket
+
+    return f"{queue}@{socket.gethostname()}"
+
+
+@pytest.fixture
+def api_client():
+    return APIClient()
+
+
+@pytest.fixture
+def tenant_key(db):
+    from ibex.accounts import services
+
+    org = services.create_organization(slug="acme-ai", name="Acme AI", roles=("tenant",))
+    return services.issue_api_key(organization=org, scopes=["read", "trade"])
+
+
+@pytest.fixture
+def tenant_client(tenant_key):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_key.raw_key}")
+    return client
