@@ -46,7 +46,7 @@ def test_batch_hops_agree_with_single_queries(snapshot):
     assert snapshot.hops_many(pairs) == [snapshot.hops(a, b) for a, b in pairs]
     ids = np.arange(len(snapshot.nodes))
     assert snapshot.common_level_ids(ids, ids[::-1]).tolist() == [
-        snapshot.common_rank(a, b) for a, b in zip(snapshot.nodes, snapshot.nodes[::-1])]
+        snapshot.common_rank(a, b) for a, b in zip(snapshot.nodes, snapshot.nodes[::-1], strict=True)]
 
 
 def test_nodes_and_domains_of_each_level(snapshot):
