@@ -334,7 +334,7 @@ def export_slurm_tree(
     link_speed: float | None = None,
 ) -> str:
     """One logical switch per leaf domain, one per spine domain, and a top switch joining the
-    spine domains (left out when there is only one). Importing the text gives the same domains.
+    spine switches (left out when there is only one). Importing the text gives the same domains.
     """
     domains = _domains_of(source)
     speed = _speed(link_speed if link_speed is not None else _common_rate(source))
@@ -345,8 +345,9 @@ def export_slurm_tree(
     for spine, leaves in tree.items():
         for leaf, hosts in leaves.items():
             lines.append(f"SwitchName={leaf} Nodes={compress_hostlist(hosts)}{speed}")
-        if list(leaves) == [spine]:  # the leaf is its own spine domain: nothing to add
-            spine_switches.append(spine)
+        if list(leaves) == [spine]:
+            # A leaf with nothing above it is its own spine domain; hanging it under the top
+            # switch would make the top its spine on re-import.
             continue
         name = spine if spine not in leaves else f"{spine}-group"
         lines.append(f"SwitchName={name} Switches={compress_hostlist(leaves)}{speed}")

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fabric.errors import FabricFormatError
 from fabric.generators import dragonfly, fat_tree, torus
@@ -212,3 +214,42 @@ def test_block_file_survives_export_and_import():
     text = "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\nBlockSizes=2,4\n"
     first = compute_domains(parse_slurm_topology(text))
     assert compute_domains(parse_slurm_topology(export_slurm_block(first))) == first
+
+
+def test_a_node_listed_under_several_leaf_switches_joins_them_into_one_leaf_domain():
+    text = (
+        "SwitchName=su1-rail1 Nodes=dgx[01-04]\nSwitchName=su1-rail2 Nodes=dgx[01-04]\n"
+        "SwitchName=su2-rail1 Nodes=dgx[05-08]\nSwitchName=su2-rail2 Nodes=dgx[05-08]\n"
+        "SwitchName=spine Switches=su[1-2]-rail1,su[1-2]-rail2\n"
+    )
+    spec = parse_slurm_topology(text)
+    assert len([h for h in spec.hcas if h.host == "dgx01"]) == 2
+    domains = compute_domains(spec)
+    assert domains["dgx04"] == NodeDomains("su1-rail1..su1-rail2", "spine")
+    assert domains["dgx05"].leaf == "su2-rail1..su2-rail2"
+    assert compute_domains(parse_slurm_topology(export_slurm_tree(domains))) == domains
+
+
+def test_leaves_without_spines_stay_apart_from_the_rest_after_export_and_import():
+    text = (
+        "SwitchName=l1 Nodes=n1\nSwitchName=l2 Nodes=n2\nSwitchName=l3 Nodes=n3\n"
+        "SwitchName=s1 Switches=l1\nSwitchName=s2 Switches=l2\n"
+    )
+    first = compute_domains(parse_slurm_topology(text))
+    assert first["n3"] == NodeDomains("l3", "l3")
+    assert compute_domains(parse_slurm_topology(export_slurm_tree(first))) == first
+
+
+_layouts = st.lists(st.tuples(st.integers(1, 6), st.integers(1, 3)), min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_layouts)
+def test_any_two_level_layout_survives_tree_export_and_import(layout):
+    # host i sits under leaf "leaf<a>" of spine "spine<b>"; a leaf keeps the spine of its first host.
+    spine_of_leaf = {}
+    domains = {}
+    for index, (leaf, spine) in enumerate(layout, start=1):
+        spine_of_leaf.setdefault(leaf, spine)
+        domains[f"host{index:03d}"] = NodeDomains(f"leaf{leaf}", f"spine{spine_of_leaf[leaf]}")
+    assert compute_domains(parse_slurm_topology(export_slurm_tree(domains))) == domains
