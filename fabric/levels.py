@@ -138,7 +138,7 @@ def analyse(spec: FabricSpec) -> FabricLevels:
     }
     switch_leaf = {guid: leaf_name[root] for root, members in leaf_groups.items() for guid in members}
     if spec.kind == "dragonfly":
-        root_spine, switch_spine = _dragonfly_spines(spec, leaf_groups, neighbours)
+        root_spine, switch_spine = _dragonfly_spines(spec, leaf_groups)
     elif spec.kind == "torus":
         root_spine, switch_spine = _torus_spines(spec, leaf_groups)
     else:
@@ -158,7 +158,16 @@ def compute_domains(spec: FabricSpec) -> dict[str, NodeDomains]:
     return analyse(spec).nodes
 
 
-def _tree_spines(spec, leaf_groups, leaf_name, tiers, neighbours):
+_Spines = tuple[dict[str, str], dict[str, str]]  # leaf-group root -> spine, switch -> spine
+
+
+def _tree_spines(
+    spec: FabricSpec,
+    leaf_groups: dict[str, list[str]],
+    leaf_name: dict[str, str],
+    tiers: dict[str, str],
+    neighbours: dict[str, set[str]],
+) -> _Spines:
     """Join leaf groups that share any spine switch; name each join by its spines."""
     switches = spec.switch_by_guid()
     union = _UnionFind()
@@ -194,7 +203,7 @@ def _tree_spines(spec, leaf_groups, leaf_name, tiers, neighbours):
     return root_spine, switch_spine
 
 
-def _dragonfly_spines(spec, leaf_groups, neighbours):
+def _dragonfly_spines(spec: FabricSpec, leaf_groups: dict[str, list[str]]) -> _Spines:
     switches = spec.switch_by_guid()
     root_spine = {}
     for root, members in leaf_groups.items():
@@ -209,15 +218,14 @@ def box_name(coords: Coords, sub_box: Coords) -> str:
     return f"box-{x}-{y}-{z}"
 
 
-def _torus_spines(spec, leaf_groups):
-    switches = spec.switch_by_guid()
-    root_spine, switch_spine = {}, {}
+def _torus_spines(spec: FabricSpec, leaf_groups: dict[str, list[str]]) -> _Spines:
+    switch_spine = {}
     for switch in spec.switches:
         if switch.coords is None:
             raise ValueError(f"torus router {switch.name} has no coordinates")
         switch_spine[switch.guid] = box_name(switch.coords, spec.sub_box)
-    for root, _members in leaf_groups.items():
-        root_spine[root] = switch_spine[switches[root].guid]
+    # A leaf group's root is one of its routers (a guid).
+    root_spine = {root: switch_spine[root] for root in leaf_groups}
     return root_spine, switch_spine
 
 
