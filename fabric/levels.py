@@ -268,7 +268,7 @@ def summarise(spec: FabricSpec) -> dict:
             oversubscription[label] = ratio
     nodes = levels.nodes
     rates = Counter(link.rate_gbps for link in spec.links if link.rate_gbps is not None)
-    return {
+    summary = {
         "kind": spec.kind,
         "levels": list(LEVELS),
         "domain_counts": {
@@ -283,6 +283,9 @@ def summarise(spec: FabricSpec) -> dict:
         "rail_optimised": _is_rail_optimised(spec),
         "oversubscription": oversubscription,
     }
+    if spec.kind == "torus":
+        summary["torus_dims"], summary["sub_box"] = spec.torus_dims, spec.sub_box
+    return summary
 
 
 def _is_rail_optimised(spec: FabricSpec) -> bool:

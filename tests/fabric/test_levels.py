@@ -113,3 +113,9 @@ def test_summary_of_generated_fabrics():
         "leaf:spine": 1.0, "spine:core": 1.0}
     assert summarise(dragonfly(4, 2, 2))["oversubscription"] == {"router:global": 1.0}
     assert summarise(fat_tree(16, 16, rails=8))["rail_optimised"] is True
+
+
+def test_torus_summary_states_dimensions_and_sub_box():
+    summary = summarise(torus(8, 8, 2, hosts_per_router=2))
+    assert (summary["torus_dims"], summary["sub_box"]) == ((8, 8, 2), (4, 4, 2))
+    assert summary["domain_counts"] == {"node": 256, "leaf": 128, "spine": 4, "fabric": 1}
