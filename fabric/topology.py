@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fabric.hostlist import natural_key, natural_sorted
-from fabric.levels import LEVELS, analyse
+from fabric.levels import LEVELS, FabricLevels, analyse
 from fabric.spec import Coords, FabricSpec
 
 LEVEL_RANK = {level: rank for rank, level in enumerate(LEVELS)}
@@ -101,18 +101,7 @@ class TopologySnapshot:
     @classmethod
     def from_spec(cls, spec: FabricSpec, name: str = "fabric") -> TopologySnapshot:
         levels = analyse(spec)
-        host_of = {hca.guid: hca.host for hca in spec.hcas}
-        host_gbps: dict[str, float] = {}
-        leaf_up: dict[str, float] = {}
-        spine_up: dict[str, float] = {}
-        for link in spec.links:
-            rate = link.rate_gbps or 0.0
-            host = host_of.get(link.a_guid) or host_of.get(link.b_guid)
-            if host is not None:
-                host_gbps[host] = host_gbps.get(host, 0.0) + rate
-                continue
-            _add_leaving(leaf_up, levels.switch_leaf, link.a_guid, link.b_guid, rate)
-            _add_leaving(spine_up, levels.switch_spine, link.a_guid, link.b_guid, rate)
+        host_gbps, leaf_up, spine_up = bandwidth_inputs(spec, levels)
         rows = [
             SnapshotNode(host, d.leaf, d.spine, spec.gpus_of(host), d.coords)
             for host, d in levels.nodes.items()
@@ -315,3 +304,26 @@ def _add_leaving(totals: dict[str, float], domain_of: dict[str, str], a: str, b:
         totals[da] = totals.get(da, 0.0) + rate
     if db is not None:
         totals[db] = totals.get(db, 0.0) + rate
+
+
+def bandwidth_inputs(
+    spec: FabricSpec, levels: FabricLevels
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Per host, its HCA bandwidth; per leaf and spine domain, the bandwidth leaving it.
+
+    Kept beside the snapshot so that the database can store these three maps at import and
+    rebuild the same snapshot with ``from_domains``.
+    """
+    host_of = {hca.guid: hca.host for hca in spec.hcas}
+    host_gbps: dict[str, float] = {}
+    leaf_up: dict[str, float] = {}
+    spine_up: dict[str, float] = {}
+    for link in spec.links:
+        rate = link.rate_gbps or 0.0
+        host = host_of.get(link.a_guid) or host_of.get(link.b_guid)
+        if host is not None:
+            host_gbps[host] = host_gbps.get(host, 0.0) + rate
+            continue
+        _add_leaving(leaf_up, levels.switch_leaf, link.a_guid, link.b_guid, rate)
+        _add_leaving(spine_up, levels.switch_spine, link.a_guid, link.b_guid, rate)
+    return host_gbps, leaf_up, spine_up

@@ -1,8 +1,16 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from fabric.api import FabricViewSet
+from ibex.api.renderers import PlainTextRenderer
 
 router = SimpleRouter()
 router.register("fabrics", FabricViewSet, basename="fabric")
 
-urlpatterns = router.urls
+topology_conf = FabricViewSet.as_view({"get": "topology_conf"},
+                                      renderer_classes=[PlainTextRenderer])
+
+urlpatterns = [
+    path("fabrics/<int:pk>/topology.conf", topology_conf, name="fabric-topology-conf"),
+    *router.urls,
+]

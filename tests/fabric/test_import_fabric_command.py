@@ -81,10 +81,12 @@ def test_a_bad_file_is_rejected_with_its_line_and_changes_nothing(provider, slur
 
 def test_a_duplicate_guid_in_ibnetdiscover_is_rejected_with_its_line(provider, tmp_path):
     text = (DATA / "two_leaves_two_spines.ibnetdiscover").read_text()
-    # give the second spine the first spine's GUID
+    # a second switch record under the first spine's GUID
     bad = tmp_path / "dup.ibnetdiscover"
-    bad.write_text(text.replace("switchguid=0x7cfe900300a00002(7cfe900300a00002)",
-                                "switchguid=0x7cfe900300a00001(7cfe900300a00001)"))
+    bad.write_text(text + (
+        "\nswitchguid=0x7cfe900300a00001(7cfe900300a00001)\n"
+        'Switch\t64 "S-7cfe900300a00001"\t\t# "MF0;spine09:MQM9700/U1" enhanced port 0 lid 9 lmc 0\n'
+    ))
 
     with pytest.raises(CommandError) as error:
         call_command("import_fabric", str(bad), "--format", "ibnetdiscover", "--name", "ib",
@@ -95,21 +97,37 @@ def test_a_duplicate_guid_in_ibnetdiscover_is_rejected_with_its_line(provider, t
     assert Fabric.objects.count() == 0
 
 
-def test_export_then_import_gives_the_same_domains(provider, slurm_file, tmp_path, capsys):
+def export_and_reimport(name: str, fmt: str, owner, tmp_path, capsys) -> str:
+    capsys.readouterr()
+    call_command("export_fabric", name, "--format", fmt)
+    exported = tmp_path / f"{name}-{fmt}.conf"
+    exported.write_text(capsys.readouterr().out)
+    call_command("import_fabric", str(exported), "--format", "slurm", "--name", f"{name}-{fmt}",
+                 "--owner", owner.slug)
+    capsys.readouterr()
+    return f"{name}-{fmt}"
+
+
+def test_tree_export_then_import_gives_the_same_domains(provider, slurm_file, tmp_path, capsys):
     call_command("import_fabric", str(slurm_file), "--format", "slurm", "--name", "lab",
                  "--owner", provider.slug)
-    capsys.readouterr()
 
-    for fmt in ("slurm-tree", "slurm-block"):
-        call_command("export_fabric", "lab", "--format", fmt)
-        exported = tmp_path / f"{fmt}.conf"
-        exported.write_text(capsys.readouterr().out)
-        call_command("import_fabric", str(exported), "--format", "slurm", "--name", f"again-{fmt}",
-                     "--owner", provider.slug)
+    again = export_and_reimport("lab", "slurm-tree", provider, tmp_path, capsys)
 
-        original, again = domains("lab"), domains(f"again-{fmt}")
-        assert _partition(original, 0) == _partition(again, 0), fmt
-        assert _partition(original, 1) == _partition(again, 1), fmt
+    assert _partition(domains("lab"), 0) == _partition(domains(again), 0)
+    assert _partition(domains("lab"), 1) == _partition(domains(again), 1)
+
+
+def test_block_export_keeps_leaves_and_even_spines(provider, tmp_path, capsys):
+    # Slurm blocks aggregate consecutive blocks by BlockSizes, so spine domains survive a
+    # block round trip when every spine holds the same power-of-two number of leaves.
+    call_command("generate_fabric", "--kind", "fat-tree", "--nodes", "64", "--radix", "8",
+                 "--tiers", "3", "--name", "even", "--owner", provider.slug)
+
+    again = export_and_reimport("even", "slurm-block", provider, tmp_path, capsys)
+
+    assert _partition(domains("even"), 0) == _partition(domains(again), 0)
+    assert _partition(domains("even"), 1) == _partition(domains(again), 1)
 
 
 def _partition(found: dict[str, tuple[str, str]], level: int) -> set[frozenset[str]]:
