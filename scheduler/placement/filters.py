@@ -109,13 +109,13 @@ def withheld_gpus(index: PlacementIndex, request: Request) -> tuple[dict[str, in
     nodes when CPU or memory per GPU is asked for, never a second index.
     """
     if request.min_cpu_milli_per_gpu or request.min_memory_mib_per_gpu:
-        names = list(index.nodes)
+        names = list(index.node_domains)
     else:
-        names = [name for name in sorted(request.exclude_nodes) if name in index.nodes]
+        names = [name for name in sorted(request.exclude_nodes) if name in index.node_domains]
     withheld: dict[str, int] = {}
     counts: dict[str, int] = {}
     for name in names:
-        node = index.nodes[name].node
+        node = index.node_domains[name].node
         assert node is not None
         free = index.free_gpus_by_node[name]
         usable, excluded_by = usable_gpus(node, free, request)

@@ -379,7 +379,7 @@ def _with_exclusions(reason: str, excluded: dict[str, int]) -> str:
 
 
 def describe(index: PlacementIndex, assignment: Assignment, excluded: dict[str, int]) -> Placement:
-    paths = sorted(index.nodes[name].path for name, gpus in assignment.items() if gpus)
+    paths = sorted(index.node_domains[name].path for name, gpus in assignment.items() if gpus)
     ordered = {path[-1]: assignment[path[-1]] for path in paths}
     domains: dict[str, tuple[str, ...]] = {}
     for position, level in enumerate(index.levels):
