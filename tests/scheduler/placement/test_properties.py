@@ -168,3 +168,34 @@ def test_commits_and_releases_leave_the_index_as_a_fresh_build(nodes, batch, see
         except InvalidInput:
             continue
         assert index.place(request) == expected
+
+
+def free_by_domain(nodes, level):
+    depth = LEVELS.index(level)
+    totals: dict[tuple, int] = {}
+    for node in nodes:
+        domain = path_of(node)[: depth + 1]
+        totals[domain] = totals.get(domain, 0) + node.free_gpus
+    return totals
+
+
+@FEW
+@given(topologies(), st.integers(1, 16), st.sampled_from(LEVELS))
+def test_best_fit_uses_the_tightest_domain_that_holds_the_request(nodes, gpus, level):
+    placement = place_gang(LEVELS, nodes, Request(gpus, required=level))
+    assume(placement.placed)
+    totals = free_by_domain(nodes, level)
+    by_name = {n.name: n for n in nodes}
+    chosen = path_of(by_name[next(iter(placement.assignment))])[: LEVELS.index(level) + 1]
+    assert totals[chosen] == min(free for free in totals.values() if free >= gpus)
+
+
+@FEW
+@given(topologies(), st.integers(1, 8))
+def test_unconstrained_request_that_fits_one_node_takes_the_tightest_node(nodes, gpus):
+    fitting = [n.free_gpus for n in nodes if n.free_gpus >= gpus]
+    assume(fitting)
+    placement = place_gang(LEVELS, nodes, Request(gpus))
+    [(name, taken)] = placement.assignment.items()
+    assert taken == gpus
+    assert next(n for n in nodes if n.name == name).free_gpus == min(fitting)
