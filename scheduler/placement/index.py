@@ -38,6 +38,8 @@ class PlacementIndex:
 
     Depth 0 is the whole topology (the root); depth i is `levels[i - 1]`; the last level holds
     single nodes. Children are kept sorted by name, so ties resolve by path, never input order.
+    Not thread-safe: `place` with per-node filters withholds GPUs for its own duration, so
+    give each worker its own index.
     """
 
     def __init__(self, levels: Sequence[str], nodes: Iterable[Node]) -> None:
