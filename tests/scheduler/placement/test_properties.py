@@ -42,7 +42,7 @@ def requests(draw, required=LEVEL_OR_NONE, sliced=ANY_SLICING):
 PROFILES = st.sampled_from(["best_fit", "least_free", "spread"])
 
 
-def place_or_skip(nodes, request, profile):
+def place_or_discard(nodes, request, profile):
     try:
         return place_gang(LEVELS, nodes, request, profile)
     except InvalidInput:
@@ -56,7 +56,7 @@ def path_of(node):
 @FEW
 @given(topologies(), requests(), PROFILES)
 def test_placement_is_all_or_nothing_and_never_exceeds_free_gpus(nodes, request, profile):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     free = {n.name: n.free_gpus for n in nodes}
     if placement.placed:
         assert sum(placement.assignment.values()) == request.gpus
@@ -69,7 +69,7 @@ def test_placement_is_all_or_nothing_and_never_exceeds_free_gpus(nodes, request,
 @FEW
 @given(topologies(), requests(required=st.sampled_from(LEVELS)), PROFILES)
 def test_required_level_contains_the_whole_placement(nodes, request, profile):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     if placement.placed:
         assert len(placement.domains[request.required]) == 1
     else:
@@ -79,7 +79,7 @@ def test_required_level_contains_the_whole_placement(nodes, request, profile):
 @FEW
 @given(topologies(), requests(sliced=st.just(True)), PROFILES)
 def test_every_slice_lies_inside_one_domain_of_its_level(nodes, request, profile):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     if not placement.placed:
         assert " slices fit" in placement.reason
         return
@@ -114,7 +114,7 @@ def test_best_fit_places_exactly_when_some_domain_holds_the_request(nodes, gpus,
 @FEW
 @given(topologies(), requests(), PROFILES, st.randoms(use_true_random=False))
 def test_shuffled_input_gives_the_same_answer(nodes, request, profile, rng):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     shuffled = list(nodes)
     rng.shuffle(shuffled)
     assert place_gang(LEVELS, shuffled, request, profile) == placement
@@ -124,7 +124,7 @@ def test_shuffled_input_gives_the_same_answer(nodes, request, profile, rng):
 @given(topologies(), requests(), PROFILES)
 def test_a_per_node_filter_that_limits_nothing_changes_nothing(nodes, request, profile):
     # min CPU per GPU on nodes that report no CPU limits nothing, but runs the per-node pass
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     filtered = place_gang(LEVELS, nodes, replace(request, min_cpu_milli_per_gpu=1), profile)
     assert filtered == placement
 
