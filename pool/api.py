@@ -2,7 +2,7 @@
 
 import django_filters
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
@@ -41,13 +41,18 @@ class NodeGpuSerializer(serializers.ModelSerializer):
 class NodeSerializer(serializers.ModelSerializer):
     fabric = serializers.CharField(source="fabric.name")
     gpu_model = serializers.CharField(source="gpu_model.name")
-    gpus = NodeGpuSerializer(many=True)
+    gpus = serializers.SerializerMethodField()
 
     class Meta:
         model = Node
         fields = ["id", "hostname", "fabric", "gpu_model", "cpu_cores", "memory_gib", "os",
                   "driver_version", "state", "health", "heartbeat_interval_s",
                   "last_heartbeat_at", "created_at", "gpus"]
+
+    @extend_schema_field(NodeGpuSerializer(many=True))
+    def get_gpus(self, node) -> list[dict]:
+        gpus = self.context.get("gpus")
+        return NodeGpuSerializer(node.gpus.all() if gpus is None else gpus, many=True).data
 
 
 class RegisteredNodeSerializer(NodeSerializer):
@@ -182,7 +187,9 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
                                                  specs=specs)
         except services.RegistrationError as exc:
             raise _registration_error(exc) from None
-        return [{**NodeSerializer(r.node).data, "token": r.token} for r in registered]
+        # Built from the created rows: no query per node, so 1,000 nodes answer quickly.
+        return [{**NodeSerializer(r.node, context={"gpus": r.gpus}).data, "token": r.token}
+                for r in registered]
 
     @extend_schema(request=NodeCreateSerializer, responses={201: RegisteredNodeSerializer},
                    summary="Register a node on one of your fabric's hosts")
@@ -221,6 +228,49 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return Response({"id": node.pk, "token": services.rotate_node_token(node=node)})
 
 
+GPU_COUNTERS = {"temperature_c": (-50, 200), "utilization_pct": (0, 100),
+                "memory_used_mib": (0, 10_000_000), "ecc_errors": (0, 10**9),
+                "xid_errors": (0, 10**9)}
+
+
+def _whole(value, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise serializers.ValidationError({field: [f"Must be a whole number from {low} to {high}."]})
+    return value
+
+
+def parse_heartbeat(data) -> dict:
+    """Validate a heartbeat by hand: it is the hottest endpoint (the serializer above documents
+    the same shape for the schema)."""
+    if not isinstance(data, dict):
+        raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+    unknown = set(data) - {"gpus", "ib_ports", "serving"}
+    if unknown:
+        raise serializers.ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list) or len(gpus) > 64:
+        raise serializers.ValidationError({"gpus": ["Expected a list of at most 64 GPUs."]})
+    parsed = []
+    for position, gpu in enumerate(gpus):
+        where = f"gpus.{position}."
+        if not isinstance(gpu, dict) or set(gpu) - {"index", *GPU_COUNTERS}:
+            raise serializers.ValidationError({where[:-1]: ["Unexpected shape or field."]})
+        item = {"index": _whole(gpu.get("index"), where + "index", 0, 63)}
+        for name, (low, high) in GPU_COUNTERS.items():
+            item[name] = _whole(gpu.get(name, 0), where + name, low, high)
+        parsed.append(item)
+    ports = data.get("ib_ports", [])
+    if not isinstance(ports, list) or len(ports) > 64 or not all(
+            isinstance(p, dict) and isinstance(p.get("port"), int) and isinstance(p.get("state"), str)
+            for p in ports):
+        raise serializers.ValidationError({"ib_ports": ["Expected [{port, state, rate_gbps}]."]})
+    serving = data.get("serving", [])
+    if not isinstance(serving, list) or len(serving) > 256 or not all(
+            isinstance(ref, str) and 0 < len(ref) <= 64 for ref in serving):
+        raise serializers.ValidationError({"serving": ["Expected a list of lease ids."]})
+    return {"gpus": parsed, "ib_ports": ports, "serving": serving}
+
+
 class HeartbeatView(APIView):
     """A node agent's heartbeat: authenticated by the node's own token, not an API key."""
 
@@ -238,9 +288,7 @@ class HeartbeatView(APIView):
             node = services.authenticate_node(pk, header[5:].strip())
         except services.TokenRefused as exc:
             raise AuthenticationFailed(str(exc)) from None
-        form = HeartbeatSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
-        answer = services.record_heartbeat(node=node, **form.validated_data)
+        answer = services.record_heartbeat(node=node, **parse_heartbeat(request.data))
         return Response({"interval_s": answer.interval_s, "node_state": answer.node_state,
                          "actions": answer.actions})
 

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from fabric.models import Fabric, Host
@@ -57,6 +58,7 @@ def _new_token() -> tuple[str, str, str]:
 @dataclass(frozen=True)
 class RegisteredNode:
     node: Node
+    gpus: list[Gpu]
     token: str  # shown once
 
 
@@ -137,22 +139,25 @@ def _create_nodes(provider, specs, fabrics, hosts, models) -> list[RegisteredNod
             token_prefix=prefix, token_hash=digest,
         ))
     Node.objects.bulk_create(nodes, batch_size=2000)
-    gpus, changes = [], []
+    gpus, changes, per_node = [], [], []
     for node, spec in zip(nodes, specs, strict=True):
         model = models[spec.gpu_model]
         described = {g["index"]: g for g in spec.gpus}
+        per_node.append([])
         for index in range(spec.gpu_count):
             detail = described.get(index, {})
-            gpus.append(Gpu(
+            per_node[-1].append(Gpu(
                 node=node, index=index, gpu_model=model, uuid=detail.get("uuid", ""),
                 memory_mib=detail.get("memory_mib") or model.memory_mib,
                 mig_capable=model.mig_capable, nvlink_domain=detail.get("nvlink_domain", ""),
             ))
+        gpus.extend(per_node[-1])
         changes.append(NodeStateChange(node=node, from_state="", to_state=node.state,
                                        actor=provider.slug, reason="registered"))
     Gpu.objects.bulk_create(gpus, batch_size=5000)
     NodeStateChange.objects.bulk_create(changes, batch_size=5000)
-    return [RegisteredNode(node=n, token=t) for n, t in zip(nodes, tokens, strict=True)]
+    return [RegisteredNode(node=n, gpus=g, token=t)
+            for n, g, t in zip(nodes, per_node, tokens, strict=True)]
 
 
 @transaction.atomic
@@ -206,7 +211,12 @@ def authenticate_node(node_id: int, raw_token: str) -> Node:
     parts = raw_token.split("_", 2)
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
         raise TokenRefused("malformed node token")
-    node = Node.objects.filter(pk=node_id, token_prefix=parts[1]).first()
+    node = (
+        Node.objects.filter(pk=node_id, token_prefix=parts[1])
+        .annotate(has_bindings=Exists(Binding.objects.filter(node=OuterRef("pk"),
+                                                             stopped_at__isnull=True)))
+        .first()
+    )
     if node is None or not hmac.compare_digest(node.token_hash, _hash(raw_token)):
         raise TokenRefused("unknown or revoked node token")
     if node.state == S.RETIRED:
@@ -225,15 +235,42 @@ def gpu_health_from(report: dict) -> tuple[str, str]:
     return Gpu.Health.OK, "counters clean"
 
 
-@transaction.atomic
 def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
                      serving: list[str], now: datetime | None = None) -> HeartbeatAnswer:
-    """Take one heartbeat, writing only what changed (metrics go to the cache)."""
+    """Take one heartbeat, writing only what changed (metrics go to the cache, not the DB).
+
+    Most heartbeats change nothing but the time: one conditional UPDATE that re-checks the
+    node is still as it was read. Anything else takes the locked path.
+    """
     now = now or timezone.now()
+    all_reported_ok = all(gpu_health_from(g)[0] == Gpu.Health.OK for g in gpus)
+    steady = (
+        all_reported_ok and node.healthy_since is not None
+        and node.state in (S.ACTIVE, S.DRAINING, S.OFFLINE)
+        and node.health == Node.Health.REACHABLE
+    )
+    updated = steady and Node.objects.filter(
+        pk=node.pk, state=node.state, health=Node.Health.REACHABLE, healthy_since__isnull=False,
+    ).update(last_heartbeat_at=now)
+    if not updated:
+        node = _record_heartbeat_locked(node, gpus, now)
+    cache.set(METRICS_KEY.format(node_id=node.pk),
+              {"at": now.isoformat(), "gpus": gpus, "ib_ports": ib_ports}, timeout=3600)
+    has_bindings = getattr(node, "has_bindings", True)
+    actions = _reconcile_bindings(node, set(serving), now) if has_bindings or serving else []
+    return HeartbeatAnswer(interval_s=node.heartbeat_interval_s, node_state=node.state,
+                           actions=actions)
+
+
+@transaction.atomic
+def _record_heartbeat_locked(node: Node, gpus: list[dict], now: datetime) -> Node:
+    has_bindings = getattr(node, "has_bindings", True)
     node = Node.objects.select_for_update().get(pk=node.pk)
+    node.has_bindings = has_bindings
     if node.state == S.REGISTERING:
         node = change_node_state(node=node, to_state=S.ACTIVE, actor="agent",
                                  reason="first heartbeat")
+        node.has_bindings = has_bindings
     all_ok = _update_gpu_health(node, gpus)
     updates = {"last_heartbeat_at": now}
     if node.health == Node.Health.UNREACHABLE:
@@ -246,11 +283,9 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
     elif not all_ok and node.healthy_since is not None:
         updates["healthy_since"] = None
     Node.objects.filter(pk=node.pk).update(**updates)
-    cache.set(METRICS_KEY.format(node_id=node.pk),
-              {"at": now.isoformat(), "gpus": gpus, "ib_ports": ib_ports}, timeout=3600)
-    actions = _reconcile_bindings(node, set(serving), now)
-    return HeartbeatAnswer(interval_s=node.heartbeat_interval_s, node_state=node.state,
-                           actions=actions)
+    for field, value in updates.items():
+        setattr(node, field, value)
+    return node
 
 
 def _update_gpu_health(node: Node, reports: list[dict]) -> bool:
