@@ -1,0 +1,47 @@
+"""Registering one node, and getting a fresh token when the hostname is already registered."""
+
+import logging
+from dataclasses import dataclass
+
+from agent.client import ApiClient, ApiError
+from agent.errors import AgentError
+
+log = logging.getLogger("ibex-agent")
+
+
+@dataclass
+class Registered:
+    hostname: str
+    node_id: int
+    token: str
+    interval_s: float | None
+    already_existed: bool
+
+
+def register_or_rotate(client: ApiClient, key: str, spec: dict) -> Registered:
+    """Create the node; if the provider already has that hostname (409), rotate its token."""
+    hostname = spec["hostname"]
+    try:
+        answer = client.register_node(key, spec)
+    except ApiError as error:
+        if error.status != 409 or error.code != "node_exists":
+            raise
+        return rotate_existing(client, key, hostname)
+    return Registered(
+        hostname=hostname,
+        node_id=int(answer["id"]),
+        token=str(answer["token"]),
+        interval_s=answer.get("heartbeat_interval_s"),
+        already_existed=False,
+    )
+
+
+def rotate_existing(client: ApiClient, key: str, hostname: str, node_id: int | None = None) -> Registered:
+    if node_id is None:
+        node = client.find_node(key, hostname)
+        if node is None:
+            raise AgentError(f"the server says {hostname} exists but cannot find it")
+        node_id = int(node["id"])
+    token = client.rotate_token(key, node_id)
+    log.info("%s was already registered as node %d; rotated its token", hostname, node_id)
+    return Registered(hostname, node_id, token, interval_s=None, already_existed=True)
