@@ -44,8 +44,13 @@ def open_nvml() -> "NvmlReader":
     return NvmlReader(pynvml)
 
 
+# Memory sizes GPUs are sold with; NVML reports a little less (reserved memory), so a GPU's
+# size is the smallest of these that holds what NVML reports.
+MARKETED_SIZES_GB = (8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 180, 192, 288)
+
+
 def model_name(nvml_name: str, memory_mib: int) -> str:
-    """`NVIDIA H100 80GB HBM3` -> `H100-80GB`; `NVIDIA A100-SXM4-40GB` -> `A100-40GB`.
+    """`NVIDIA H100 80GB HBM3` -> `H100-80GB`; `NVIDIA H200` (143771 MiB) -> `H200-141GB`.
 
     Best effort: the memory size comes from the name if it is there, else from NVML's total.
     Pass --gpu-model where the server knows the model by another name.
@@ -53,8 +58,13 @@ def model_name(nvml_name: str, memory_mib: int) -> str:
     name = re.sub(r"^(NVIDIA|Tesla|GeForce|Quadro)\s+", "", nvml_name.strip(), flags=re.IGNORECASE)
     family = re.match(r"[A-Za-z]*\d+[A-Za-z]*", name)
     size = re.search(r"(\d+)\s*GB", name, re.IGNORECASE)
-    gigabytes = int(size.group(1)) if size else round(memory_mib / 1024)
+    gigabytes = int(size.group(1)) if size else _marketed_size_gb(memory_mib)
     return f"{(family.group(0) if family else name).upper()}-{gigabytes}GB"
+
+
+def _marketed_size_gb(memory_mib: int) -> int:
+    reported_gb = memory_mib / 1024
+    return next((size for size in MARKETED_SIZES_GB if size >= reported_gb - 0.5), round(reported_gb))
 
 
 class NvmlReader:
