@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except UsageError as error:
-        parser.error(str(error))  # prints usage and exits 2
+        args.parser.error(str(error))  # prints the command's usage and exits 2
     except AgentError as error:
         print(f"ibex-agent: {error}", file=sys.stderr)
         return 1
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--cpu-cores", type=_positive_int, default=None)
     register.add_argument("--memory-gib", type=_positive_int, default=None)
     _add_state_argument(register)
-    register.set_defaults(handler=command_register)
+    register.set_defaults(handler=command_register, parser=register)
 
     run = commands.add_parser("run", help="heartbeat this node")
     _add_state_argument(run)
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--once", action="store_true", help="send one heartbeat and exit")
     run.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
     run.add_argument("--quiet", action="store_true", help="log warnings only")
-    run.set_defaults(handler=command_run)
+    run.set_defaults(handler=command_run, parser=run)
 
     simulate = commands.add_parser("simulate", help="register and heartbeat simulated hosts")
     _add_server_arguments(simulate)
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--seed", type=int, default=0, help="seed for the simulated readings")
     simulate.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
     simulate.add_argument("--quiet", action="store_true", help="log warnings only")
-    simulate.set_defaults(handler=command_simulate)
+    simulate.set_defaults(handler=command_simulate, parser=simulate)
     register.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
     register.add_argument("--quiet", action="store_true", help="log warnings only")
     return parser

@@ -82,6 +82,8 @@ class Fleet:
 
     def register_all(self, pool: ThreadPoolExecutor) -> None:
         for chunk in _chunks(self.hosts, self.options.bulk_size):
+            if self.stop.is_set():
+                return
             self._register_chunk(chunk, pool)
         log.info("simulate: %d hosts registered in fabric %s", len(self.hosts), self.options.fabric)
 

@@ -165,6 +165,7 @@ class FakeIbex:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as the real server behind gunicorn
+            disable_nagle_algorithm = True  # else each answer waits ~40 ms on a delayed ACK
 
             def _serve(self, method: str) -> None:
                 url = urlparse(self.path)
