@@ -6,6 +6,7 @@ exit 2; SIGINT/SIGTERM stop cleanly with exit 0.
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -94,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api", required=True, help="the IBEX server, e.g. https://ibex.example.org")
-    parser.add_argument("--key", required=True, help="the provider's API key")
+    # the key may come from the environment, so that it does not show in `ps`
+    key_from_env = os.environ.get("IBEX_API_KEY")
+    parser.add_argument("--key", required=not key_from_env, default=key_from_env,
+                        help="the provider's API key (default: $IBEX_API_KEY)")
     parser.add_argument("--fabric", required=True, help="the fabric the node is cabled to")
 
 

@@ -15,6 +15,7 @@ from agent.errors import AgentError
 
 DEFAULT_TIMEOUT_S = 10.0
 BULK_LIMIT = 1000  # the server takes at most this many nodes per bulk request
+FIELDS_SHOWN = 3  # field errors named in a one-line message
 
 
 class Unreachable(AgentError):
@@ -40,7 +41,11 @@ class ApiError(AgentError):
             return f"the server refused the {self.credential} (401)"
         text = f"the server said {self.status} {self.code}: {self.message}"
         if self.fields:
-            details = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in self.fields.items())
+            # a bulk request can fail on hundreds of items: name the first few, count the rest
+            shown = list(self.fields.items())[:FIELDS_SHOWN]
+            details = "; ".join(f"{name}: {' '.join(map(str, msgs))}" for name, msgs in shown)
+            if len(self.fields) > FIELDS_SHOWN:
+                details += f"; and {len(self.fields) - FIELDS_SHOWN} more"
             text += f" ({details})"
         return text
 

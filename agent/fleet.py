@@ -233,7 +233,7 @@ class Fleet:
                 control = self.control.current
                 log.info("simulate: control file: failed GPUs %s, degraded GPUs %s, stopped hosts %s",
                          _describe(control.fail_gpus), _describe(control.degrade_gpus),
-                         sorted(control.stop_heartbeats) or "none")
+                         ", ".join(sorted(control.stop_heartbeats)) or "none")
         except AgentError as error:
             log.warning("%s; keeping the previous control", error)
 

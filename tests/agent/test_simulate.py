@@ -92,6 +92,20 @@ def test_simulate_rotates_tokens_of_hosts_that_already_exist(ibex):
     ]
 
 
+def test_hosts_named_by_a_bulk_409_are_looked_up_one_by_one(ibex, monkeypatch):
+    existing = ibex.add_node("gpu02")
+    listing = ibex._list
+    # a listing that misses the node (say, a race): the 409's field keys must do
+    monkeypatch.setattr(ibex, "_list", lambda query: listing(query) if "hostname" in query
+                        else {"results": [], "next": None, "previous": None})
+    fleet = fleet_for(ibex, "gpu[01-03]")
+
+    run_until(fleet, lambda: len(ibex.nodes) == 3 and all(n.heartbeats for n in ibex.nodes.values()))
+
+    assert ibex.requests[2].query == {"hostname": ["gpu02"]}
+    assert fleet.hosts[1].node_id == existing.id
+
+
 def test_simulated_nodes_obey_actions_and_look_busy(ibex):
     with running(fleet_for(ibex, "gpu01")):
         wait_for(lambda: bool(ibex.nodes) and bool(ibex.node_named("gpu01").heartbeats))

@@ -36,6 +36,8 @@ def test_api_errors_read_as_one_line():
     assert str(ApiError(401, "x", "y", credential="node token")) == "the server refused the node token (401)"
     error = ApiError(400, "invalid", "bad node", {"nodes.3.hostname": ["taken", "twice"]})
     assert str(error) == "the server said 400 invalid: bad node (nodes.3.hostname: taken twice)"
+    many = ApiError(400, "invalid", "bad nodes", {f"nodes.{i}.fabric": ["unknown"] for i in range(500)})
+    assert str(many).endswith("nodes.2.fabric: unknown; and 497 more)")
 
 
 def test_connection_errors_name_the_cause():
