@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--cpu-cores", type=_positive_int, default=None)
     register.add_argument("--memory-gib", type=_positive_int, default=None)
     _add_state_argument(register)
+    _add_common_arguments(register)
     register.set_defaults(handler=command_register, parser=register)
 
     run = commands.add_parser("run", help="heartbeat this node")
@@ -67,8 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--interval", type=_positive_float, default=None,
                      help="seconds between heartbeats until the server says otherwise")
     run.add_argument("--once", action="store_true", help="send one heartbeat and exit")
-    run.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
-    run.add_argument("--quiet", action="store_true", help="log warnings only")
+    _add_common_arguments(run)
     run.set_defaults(handler=command_run, parser=run)
 
     simulate = commands.add_parser("simulate", help="register and heartbeat simulated hosts")
@@ -85,11 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--duration", type=_positive_float, default=None, help="stop after S seconds")
     simulate.add_argument("--workers", type=_positive_int, default=16, help="heartbeat threads")
     simulate.add_argument("--seed", type=int, default=0, help="seed for the simulated readings")
-    simulate.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
-    simulate.add_argument("--quiet", action="store_true", help="log warnings only")
+    _add_common_arguments(simulate)
     simulate.set_defaults(handler=command_simulate, parser=simulate)
-    register.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
-    register.add_argument("--quiet", action="store_true", help="log warnings only")
     return parser
 
 
@@ -100,6 +97,11 @@ def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key", required=not key_from_env, default=key_from_env,
                         help="the provider's API key (default: $IBEX_API_KEY)")
     parser.add_argument("--fabric", required=True, help="the fabric the node is cabled to")
+
+
+def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only")
 
 
 def _add_state_argument(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from agent.client import BULK_LIMIT, ApiClient, ApiError, ServerTrouble, Unreach
 from agent.errors import AgentError
 from agent.heartbeat import heartbeat_body, parse_answer, retry_delay
 from agent.node import DEFAULT_INTERVAL_S, FATAL_STATUSES
-from agent.registration import rotate_existing
+from agent.registration import from_answer, rotate_existing
 from agent.simulated import ControlFile, SimulatedHost
 
 log = logging.getLogger("ibex-agent")
@@ -102,7 +102,7 @@ class Fleet:
                 if error.status != 409:
                     raise
                 if known is None:
-                    known = {node["hostname"]: int(node["id"]) for node in self.client().list_nodes(self.options.key)}
+                    known = self._provider_nodes()
                 existing = {name: known.get(name) for name in pending if name in known}
                 existing.update({name: None for name in _named_hosts(error, list(pending))
                                  if name not in existing})
@@ -110,12 +110,31 @@ class Fleet:
                     raise
                 self._rotate(existing, pending, pool)
                 continue
-            for answer in answers:
-                host = pending.pop(str(answer["hostname"]))
-                host.node_id, host.token = int(answer["id"]), str(answer["token"])
-                host.interval_s = self._initial_interval(answer.get("heartbeat_interval_s"))
+            self._take_answers(list(pending.values()), answers)
             return
         raise AgentError(f"could not register {len(pending)} hosts after 3 tries (they keep conflicting)")
+
+    def _take_answers(self, hosts: list[SimulatedHost], answers: list[dict]) -> None:
+        """Give each host its id and token: matched by hostname, else by order in the request."""
+        if len(answers) != len(hosts):
+            raise ServerTrouble(f"the bulk answer has {len(answers)} nodes for {len(hosts)} sent")
+        by_name = {str(answer.get("hostname")): answer for answer in answers}
+        if set(by_name) == {host.hostname for host in hosts}:
+            answers = [by_name[host.hostname] for host in hosts]
+        for host, answer in zip(hosts, answers, strict=True):
+            registered = from_answer(answer, host.hostname)
+            host.node_id, host.token = registered.node_id, registered.token
+            host.interval_s = self._initial_interval(registered.interval_s)
+
+    def _provider_nodes(self) -> dict[str, int]:
+        """hostname -> node id for every node the provider has."""
+        known = {}
+        for node in self.client().list_nodes(self.options.key):
+            try:
+                known[str(node["hostname"])] = int(node["id"])
+            except (KeyError, TypeError, ValueError):
+                continue  # an entry we cannot use only means a lookup by hostname later
+        return known
 
     def _rotate(self, existing: dict[str, int | None], pending: dict[str, SimulatedHost],
                 pool: ThreadPoolExecutor) -> None:

@@ -3,7 +3,7 @@
 import logging
 from dataclasses import dataclass
 
-from agent.client import ApiClient, ApiError
+from agent.client import ApiClient, ApiError, ServerTrouble
 from agent.errors import AgentError
 
 log = logging.getLogger("ibex-agent")
@@ -27,13 +27,21 @@ def register_or_rotate(client: ApiClient, key: str, spec: dict) -> Registered:
         if error.status != 409 or error.code != "node_exists":
             raise
         return rotate_existing(client, key, hostname)
-    return Registered(
-        hostname=hostname,
-        node_id=int(answer["id"]),
-        token=str(answer["token"]),
-        interval_s=answer.get("heartbeat_interval_s"),
-        already_existed=False,
-    )
+    return from_answer(answer, hostname)
+
+
+def from_answer(answer: dict, hostname: str) -> Registered:
+    """A registration answer, checked: a malformed one is server trouble, not a traceback."""
+    try:
+        return Registered(
+            hostname=hostname,
+            node_id=int(answer["id"]),
+            token=str(answer["token"]),
+            interval_s=answer.get("heartbeat_interval_s"),
+            already_existed=False,
+        )
+    except (KeyError, TypeError, ValueError):
+        raise ServerTrouble(f"the registration answer for {hostname} lacks an id or a token") from None
 
 
 def rotate_existing(client: ApiClient, key: str, hostname: str, node_id: int | None = None) -> Registered:
@@ -41,7 +49,10 @@ def rotate_existing(client: ApiClient, key: str, hostname: str, node_id: int | N
         node = client.find_node(key, hostname)
         if node is None:
             raise AgentError(f"the server says {hostname} exists but cannot find it")
-        node_id = int(node["id"])
+        try:
+            node_id = int(node["id"])
+        except (KeyError, TypeError, ValueError):
+            raise ServerTrouble(f"the server's entry for {hostname} has no id") from None
     token = client.rotate_token(key, node_id)
     log.info("%s was already registered as node %d; rotated its token", hostname, node_id)
     return Registered(hostname, node_id, token, interval_s=None, already_existed=True)
