@@ -68,6 +68,7 @@ class Fleet:
         self._lock = threading.Lock()
         self.period = Tally()
         self.total = Tally()
+        self._known_nodes: dict[str, int] | None = None  # the provider's nodes, after a 409
 
     # one keep-alive session per thread
 
@@ -90,7 +91,6 @@ class Fleet:
     def _register_chunk(self, chunk: list[SimulatedHost], pool: ThreadPoolExecutor) -> None:
         """Bulk-register; hosts the provider already has (409) get a rotated token instead."""
         pending = {host.hostname: host for host in chunk}
-        known: dict[str, int] | None = None
         for _attempt in range(3):
             if not pending:
                 return
@@ -101,8 +101,9 @@ class Fleet:
             except ApiError as error:
                 if error.status != 409:
                     raise
-                if known is None:
-                    known = self._provider_nodes()
+                if self._known_nodes is None:  # listed once per run, not once per chunk
+                    self._known_nodes = self._provider_nodes()
+                known = self._known_nodes
                 existing = {name: known.get(name) for name in pending if name in known}
                 existing.update({name: None for name in _named_hosts(error, list(pending))
                                  if name not in existing})
@@ -148,6 +149,7 @@ class Fleet:
             pass
         for name in existing:
             pending.pop(name)
+        log.info("simulate: %d hosts were already registered; rotated their tokens", len(existing))
 
     def _initial_interval(self, from_server: float | None) -> float:
         return self.options.interval_s or from_server or DEFAULT_INTERVAL_S

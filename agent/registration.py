@@ -26,7 +26,9 @@ def register_or_rotate(client: ApiClient, key: str, spec: dict) -> Registered:
     except ApiError as error:
         if error.status != 409 or error.code != "node_exists":
             raise
-        return rotate_existing(client, key, hostname)
+        registered = rotate_existing(client, key, hostname)
+        log.info("%s was already registered as node %d; rotated its token", hostname, registered.node_id)
+        return registered
     return from_answer(answer, hostname)
 
 
@@ -54,5 +56,4 @@ def rotate_existing(client: ApiClient, key: str, hostname: str, node_id: int | N
         except (KeyError, TypeError, ValueError):
             raise ServerTrouble(f"the server's entry for {hostname} has no id") from None
     token = client.rotate_token(key, node_id)
-    log.info("%s was already registered as node %d; rotated its token", hostname, node_id)
     return Registered(hostname, node_id, token, interval_s=None, already_existed=True)
