@@ -39,6 +39,8 @@ class ApiError(AgentError):
     def __str__(self) -> str:
         if self.status == 401:
             return f"the server refused the {self.credential} (401)"
+        if 300 <= self.status < 400:
+            return f"{self.message} ({self.status}); give that address (scheme and host) as --api"
         text = f"the server said {self.status} {self.code}: {self.message}"
         if self.fields:
             # a bulk request can fail on hundreds of items: name the first few, count the rest
@@ -74,10 +76,10 @@ class ApiClient:
         )
         return _expect_list(answer, "nodes")
 
-    def find_node(self, key: str, hostname: str) -> dict | None:
+    def find_nodes(self, key: str, hostname: str) -> list[dict]:
+        """The provider's nodes with this hostname (retired ones and other fabrics included)."""
         answer = self._call("GET", "/api/v1/nodes/", _bearer(key), params={"hostname": hostname})
-        matches = [node for node in _expect_list(answer, "results") if node.get("hostname") == hostname]
-        return matches[0] if matches else None
+        return _expect_list(answer, "results")
 
     def list_nodes(self, key: str) -> Iterator[dict]:
         """Every node of the key's provider, following the cursor pages."""
@@ -119,8 +121,10 @@ class ApiClient:
             # the server may replay a creating POST it has seen; harmless if it ignores the header
             headers = {**headers, "Idempotency-Key": str(uuid.uuid4())}
         try:
+            # no redirects: requests would turn a redirected POST into a GET without its body
             response = self.session.request(
-                method, url, headers=headers, json=body, params=params, timeout=self.timeout_s
+                method, url, headers=headers, json=body, params=params, timeout=self.timeout_s,
+                allow_redirects=False,
             )
         except requests.Timeout:
             raise Unreachable(f"cannot reach {self.api}: no answer within {self.timeout_s:g} s") from None
@@ -135,6 +139,9 @@ def _bearer(key: str) -> dict[str, str]:
 
 def _decode(response: requests.Response, credential: str) -> dict:
     status = response.status_code
+    if 300 <= status < 400:
+        target = response.headers.get("Location", "elsewhere")
+        raise ApiError(status=status, code="redirect", message=f"the server redirects to {target}")
     if status >= 500 or status == 429:
         raise ServerTrouble(f"the server answered {status} {response.reason or ''}".rstrip())
     try:

@@ -21,7 +21,7 @@ from agent.client import BULK_LIMIT, ApiClient, ApiError, ServerTrouble, Unreach
 from agent.errors import AgentError
 from agent.heartbeat import heartbeat_body, parse_answer, retry_delay
 from agent.node import DEFAULT_INTERVAL_S, FATAL_STATUSES
-from agent.registration import from_answer, rotate_existing
+from agent.registration import from_answer, pick_node, rotate_existing
 from agent.simulated import ControlFile, SimulatedHost
 
 log = logging.getLogger("ibex-agent")
@@ -128,19 +128,22 @@ class Fleet:
             host.interval_s = self._initial_interval(registered.interval_s)
 
     def _provider_nodes(self) -> dict[str, int]:
-        """hostname -> node id for every node the provider has."""
-        known = {}
+        """hostname -> node id for every live node the provider has."""
+        by_hostname: dict[str, list[dict]] = {}
         for node in self.client().list_nodes(self.options.key):
-            try:
-                known[str(node["hostname"])] = int(node["id"])
-            except (KeyError, TypeError, ValueError):
-                continue  # an entry we cannot use only means a lookup by hostname later
+            by_hostname.setdefault(str(node.get("hostname")), []).append(node)
+        known = {}
+        for hostname, entries in by_hostname.items():
+            node_id = pick_node(entries, hostname, self.options.fabric)
+            if node_id is not None:
+                known[hostname] = node_id
         return known
 
     def _rotate(self, existing: dict[str, int | None], pending: dict[str, SimulatedHost],
                 pool: ThreadPoolExecutor) -> None:
         def rotate(name: str) -> None:
-            registered = rotate_existing(self.client(), self.options.key, name, existing[name])
+            registered = rotate_existing(self.client(), self.options.key, name, self.options.fabric,
+                                          existing[name])
             host = pending[name]
             host.node_id, host.token = registered.node_id, registered.token
             host.interval_s = self._initial_interval(None)

@@ -66,10 +66,13 @@ def ports_payload(ports: list[IbPort]) -> list[dict]:
     A node with eight single-port HCAs (one per GPU rail) has eight ports all numbered 1 in
     sysfs; numbering them in HCA order keeps `port` unique per node (port k = rail k).
     """
-    return [
-        {"port": number, "state": port.state, "rate_gbps": port.rate_gbps}
-        for number, port in enumerate(ports, start=1)
-    ]
+    payload = []
+    for number, port in enumerate(ports, start=1):
+        entry: dict = {"port": number, "state": port.state}
+        if port.rate_gbps is not None:  # the server takes a number or nothing
+            entry["rate_gbps"] = port.rate_gbps
+        payload.append(entry)
+    return payload
 
 
 def _read(path: Path) -> str | None:

@@ -34,7 +34,7 @@ GPU_MEMORY_MIB = {
     "H200-141GB": 143771,
     "A100-80GB": 81920,
     "A100-40GB": 40960,
-    "B200-192GB": 183359,
+    "B200-180GB": 183359,
     "L40S-48GB": 46068,
 }
 
@@ -149,7 +149,7 @@ class SimulatedHost:
                     "uuid": self.gpu_uuid(index),
                     "memory_mib": self.memory_mib,
                     # one NVSwitch domain per HGX board, i.e. per host
-                    "nvlink_domain": self.hostname,
+                    "nvlink_domain": self.hostname[:80],  # the server keeps 80 characters
                 }
                 for index in range(self.gpu_count)
             ],

@@ -31,6 +31,7 @@ class FakeNode:
     hostname: str
     spec: dict
     token: str
+    state: str = "registering"
     heartbeats: list[dict] = field(default_factory=list)
 
 
@@ -44,6 +45,7 @@ class FakeIbex:
         self.heartbeat_interval_s: float = 15
         self.pending_actions: dict[int, list[dict]] = {}
         self.heartbeat_failures: list[int] = []  # statuses to answer the next heartbeats with
+        self.bulk_conflict_fields = False  # name every conflicting item of a bulk 409 in fields
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
@@ -66,9 +68,11 @@ class FakeIbex:
     def node_named(self, hostname: str) -> FakeNode:
         return next(node for node in self.nodes.values() if node.hostname == hostname)
 
-    def add_node(self, hostname: str) -> FakeNode:
+    def add_node(self, hostname: str, fabric: str = "fab1", state: str = "registering") -> FakeNode:
         with self.lock:
-            return self._create({"hostname": hostname, "gpu_count": 8})
+            node = self._create({"hostname": hostname, "gpu_count": 8, "fabric": fabric})
+            node.state = state
+            return node
 
     def queue_action(self, node_id: int, action: str, lease: str, gpus: list[int]) -> None:
         with self.lock:
@@ -97,8 +101,10 @@ class FakeIbex:
                       "gpu_model": node.spec.get("gpu_model"), "health": "ok"} for i in range(count)],
         }
 
-    def _provider_owned(self, hostname: str) -> FakeNode | None:
-        return next((n for n in self.nodes.values() if n.hostname == hostname), None)
+    def _provider_owned(self, hostname: str, fabric: str | None) -> FakeNode | None:
+        """The live node on that host: as the server, one per (fabric, hostname)."""
+        return next((n for n in self.nodes.values() if n.hostname == hostname
+                     and n.spec.get("fabric") == fabric and n.state != "retired"), None)
 
     def handle(self, method: str, path: str, query: dict, headers: dict, body) -> tuple[int, dict]:
         with self.lock:
@@ -109,7 +115,7 @@ class FakeIbex:
             if headers.get("Authorization") != f"Bearer {PROVIDER_KEY}":
                 return 401, _error("not_authenticated", "Invalid API key.")
             if path == "/api/v1/nodes/" and method == "POST":
-                existing = self._provider_owned(body["hostname"])
+                existing = self._provider_owned(body["hostname"], body.get("fabric"))
                 if existing:
                     return 409, _error("node_exists", f"node {existing.id} already has this hostname")
                 return 201, self._answer(self._create(body))
@@ -128,21 +134,27 @@ class FakeIbex:
         specs = body["nodes"]
         if len(specs) > 1000:
             return 400, _error("invalid", "at most 1000 nodes", {"nodes": ["too many"]})
-        conflicts = {f"nodes.{i}.hostname": ["node exists"] for i, spec in enumerate(specs)
-                     if self._provider_owned(spec["hostname"])}
+        conflicts = [(i, spec) for i, spec in enumerate(specs)
+                     if self._provider_owned(spec["hostname"], spec.get("fabric"))]
         if conflicts:
-            return 409, _error("node_exists", "some nodes exist", conflicts)
+            # as the IBEX server does: the message names the first; `fields` only if asked
+            first = conflicts[0][1]
+            node = self._provider_owned(first["hostname"], first.get("fabric"))
+            message = f"{first['hostname']} is already registered as node {node.id}"
+            fields = {f"nodes.{i}.hostname": [message] for i, _ in conflicts}
+            return 409, _error("node_exists", message, fields if self.bulk_conflict_fields else None)
         return 201, {"nodes": [self._answer(self._create(spec)) for spec in specs]}
 
     def _list(self, query: dict) -> dict:
-        nodes = sorted(self.nodes.values(), key=lambda n: n.id)
+        nodes = sorted(self.nodes.values(), key=lambda n: -n.id)  # newest first, as the server
         if "hostname" in query:
             nodes = [n for n in nodes if n.hostname == query["hostname"][0]]
         start = int(query.get("cursor", ["0"])[0])
         page = nodes[start : start + PAGE_SIZE]
         more = start + PAGE_SIZE < len(nodes) and "hostname" not in query
         return {
-            "results": [{"id": n.id, "hostname": n.hostname} for n in page],
+            "results": [{"id": n.id, "hostname": n.hostname, "state": n.state,
+                         "fabric": n.spec.get("fabric")} for n in page],
             "next": f"{self.url}/api/v1/nodes/?cursor={start + PAGE_SIZE}" if more else None,
             "previous": None,
         }

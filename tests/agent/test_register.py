@@ -59,6 +59,18 @@ def test_register_again_rotates_the_token_of_the_existing_node(ibex, tmp_path, c
     assert ibex.requests[1].query == {"hostname": ["gpu01"]}
 
 
+def test_register_again_skips_retired_nodes_and_other_fabrics(ibex, tmp_path, capsys):
+    ibex.add_node("gpu01", state="retired")
+    ibex.add_node("gpu01", fabric="other-fabric")
+    live = ibex.add_node("gpu01")
+    ibex.add_node("gpu01", fabric="third-fabric")
+
+    assert register(ibex.url, tmp_path / "node.json") == 0
+
+    assert capsys.readouterr().out.strip() == str(live.id)
+    assert json.loads((tmp_path / "node.json").read_text())["token"] == live.token
+
+
 def test_a_bad_key_gives_one_line_and_exit_1(ibex, tmp_path, capsys):
     assert register(ibex.url, tmp_path / "node.json", key="wrong") == 1
 
@@ -102,3 +114,31 @@ def test_an_unwritable_state_file_is_one_line(ibex, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"ibex-agent: cannot write {blocker / 'node.json'}: ")
     assert err.count("\n") == 1
+
+
+def test_a_redirect_is_reported_not_followed(tmp_path, capsys):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class RedirectToHttps(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(301)
+            self.send_header("Location", "https://ibex.example.org/api/v1/nodes/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RedirectToHttps)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        assert register(f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "node.json") == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert capsys.readouterr().err == (
+        "ibex-agent: the server redirects to https://ibex.example.org/api/v1/nodes/ (301); "
+        "give that address (scheme and host) as --api\n"
+    )

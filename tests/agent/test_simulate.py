@@ -78,13 +78,18 @@ def test_simulate_registers_hosts_in_bulk_chunks_and_heartbeats_each(ibex):
 
 
 def test_simulate_rotates_tokens_of_hosts_that_already_exist(ibex):
+    ibex.add_node("gpu02", state="retired")  # an old node of the same name is left alone
+    ibex.add_node("gpu04", fabric="other-fabric")  # and so is a namesake in another fabric
     existing = ibex.add_node("gpu02"), ibex.add_node("gpu04")
     old_tokens = [node.token for node in existing]
     fleet = fleet_for(ibex, "gpu[01-05]")
 
-    run_until(fleet, lambda: len(ibex.nodes) == 5 and all(n.heartbeats for n in ibex.nodes.values()))
+    run_until(fleet, lambda: len(ibex.nodes) == 7
+              and all(ibex.node_named(f"gpu0{i}").heartbeats for i in (1, 3, 5))
+              and all(node.heartbeats for node in existing))
 
     assert [node.token for node in existing] != old_tokens
+    assert [fleet.hosts[1].node_id, fleet.hosts[3].node_id] == [node.id for node in existing]
     assert all(node.heartbeats for node in existing)
     bulk = [r for r in ibex.requests if r.path == "/api/v1/nodes/bulk/"]
     assert [[s["hostname"] for s in r.body["nodes"]] for r in bulk] == [
@@ -93,6 +98,7 @@ def test_simulate_rotates_tokens_of_hosts_that_already_exist(ibex):
 
 
 def test_hosts_named_by_a_bulk_409_are_looked_up_one_by_one(ibex, monkeypatch):
+    ibex.bulk_conflict_fields = True
     existing = ibex.add_node("gpu02")
     listing = ibex._list
     # a listing that misses the node (say, a race): the 409's field keys must do
