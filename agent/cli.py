@@ -213,7 +213,8 @@ def command_run(args: argparse.Namespace) -> int:
     try:
         if args.once:
             agent.beat()
-            log.info("%s: heartbeat sent; serving %s", state.hostname, agent.leases.lease_ids() or "nothing")
+            log.info("%s: heartbeat sent; serving %s", state.hostname,
+                     ", ".join(agent.leases.lease_ids()) or "nothing")
         else:
             stop_on_signals(stop)
             log.info("%s: heartbeating node %d to %s every %g s", state.hostname, state.node_id,

@@ -152,7 +152,7 @@ class Fleet:
             pass
         for name in existing:
             pending.pop(name)
-        log.info("simulate: %d hosts were already registered; rotated their tokens", len(existing))
+        log.info("simulate: %d of these hosts were already registered; rotated their tokens", len(existing))
 
     def _initial_interval(self, from_server: float | None) -> float:
         return self.options.interval_s or from_server or DEFAULT_INTERVAL_S
