@@ -1,0 +1,266 @@
+"""The `ibex-agent` command line: register, run, simulate.
+
+Expected failures print one line, `ibex-agent: <what went wrong>`, and exit 1; bad arguments
+exit 2; SIGINT/SIGTERM stop cleanly with exit 0.
+"""
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from agent import __version__, sysinfo
+from agent.client import ApiClient
+from agent.errors import AgentError
+from agent.fleet import Fleet, FleetOptions
+from agent.hostlist import expand_hostlist
+from agent.ibports import ports_payload, read_ib_ports
+from agent.node import NodeAgent
+from agent.nvml import NvmlUnavailable, open_nvml
+from agent.registration import register_or_rotate
+from agent.state import NodeState, default_state_path, load_state, save_state
+
+log = logging.getLogger("ibex-agent")
+
+
+class UsageError(Exception):
+    """Bad arguments found after parsing (exit 2)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.quiet)
+    try:
+        return args.handler(args)
+    except UsageError as error:
+        args.parser.error(str(error))  # prints the command's usage and exits 2
+    except AgentError as error:
+        print(f"ibex-agent: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ibex-agent", description="The IBEX node agent.")
+    parser.add_argument("--version", action="version", version=f"ibex-agent {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    register = commands.add_parser("register", help="register this node and store its token")
+    _add_server_arguments(register)
+    register.add_argument("--hostname", default=None, help="default: this machine's hostname")
+    register.add_argument("--gpu-model", default=None, help="default: from NVML (required without NVML)")
+    register.add_argument("--gpus", type=_positive_int, default=None, help="default: from NVML")
+    register.add_argument("--cpu-cores", type=_positive_int, default=None)
+    register.add_argument("--memory-gib", type=_positive_int, default=None)
+    _add_state_argument(register)
+    _add_common_arguments(register)
+    register.set_defaults(handler=command_register, parser=register)
+
+    run = commands.add_parser("run", help="heartbeat this node")
+    _add_state_argument(run)
+    run.add_argument("--interval", type=_positive_float, default=None,
+                     help="seconds between heartbeats until the server says otherwise")
+    run.add_argument("--once", action="store_true", help="send one heartbeat and exit")
+    _add_common_arguments(run)
+    run.set_defaults(handler=command_run, parser=run)
+
+    simulate = commands.add_parser("simulate", help="register and heartbeat simulated hosts")
+    _add_server_arguments(simulate)
+    simulate.add_argument("--hosts", required=True, help="host list, e.g. 'gpu[01-64]'")
+    simulate.add_argument("--gpu-model", required=True)
+    simulate.add_argument("--gpus", type=_positive_int, default=8, help="GPUs per host")
+    simulate.add_argument("--cpu-cores", type=_positive_int, default=128)
+    simulate.add_argument("--memory-gib", type=_positive_int, default=2048)
+    simulate.add_argument("--interval", type=_positive_float, default=None,
+                          help="seconds between heartbeats (default: the server's)")
+    simulate.add_argument("--control", type=Path, default=None,
+                          help="JSON failure-rehearsal file, re-read every cycle and on SIGUSR1")
+    simulate.add_argument("--duration", type=_positive_float, default=None, help="stop after S seconds")
+    simulate.add_argument("--workers", type=_positive_int, default=16, help="heartbeat threads")
+    simulate.add_argument("--seed", type=int, default=0, help="seed for the simulated readings")
+    _add_common_arguments(simulate)
+    simulate.set_defaults(handler=command_simulate, parser=simulate)
+    return parser
+
+
+def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api", required=True, help="the IBEX server, e.g. https://ibex.example.org")
+    # the key may come from the environment, so that it does not show in `ps`
+    key_from_env = os.environ.get("IBEX_API_KEY")
+    parser.add_argument("--key", required=not key_from_env, default=key_from_env,
+                        help="the provider's API key (default: $IBEX_API_KEY)")
+    parser.add_argument("--fabric", required=True, help="the fabric the node is cabled to")
+
+
+def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=_positive_float, default=10.0, help="HTTP timeout, seconds")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+
+
+def _add_state_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state", type=Path, default=None,
+                        help="state file (default: $IBEX_AGENT_STATE or /var/lib/ibex-agent/node.json)")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def setup_logging(quiet: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter("%(asctime)s ibex-agent: %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGINT and SIGTERM ask for a clean stop (exit 0)."""
+    def handle(signum, frame) -> None:
+        log.info("%s received; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
+
+
+# register
+
+def command_register(args: argparse.Namespace) -> int:
+    spec = registration_spec(args)
+    client = ApiClient(args.api, timeout_s=args.timeout)
+    registered = register_or_rotate(client, args.key, spec)
+    state_path = args.state or default_state_path()
+    save_state(state_path, NodeState(
+        api=client.api,
+        node_id=registered.node_id,
+        token=registered.token,
+        hostname=registered.hostname,
+        heartbeat_interval_s=registered.interval_s,
+    ))
+    log.info("%s registered as node %d; token stored in %s", registered.hostname, registered.node_id, state_path)
+    print(registered.node_id)
+    return 0
+
+
+def registration_spec(args: argparse.Namespace) -> dict:
+    """The registration body: this machine's facts, NVML's GPUs where present, flags on top."""
+    spec: dict = {
+        "hostname": args.hostname or sysinfo.hostname(),
+        "fabric": args.fabric,
+        "cpu_cores": args.cpu_cores or sysinfo.cpu_cores(),
+        "memory_gib": args.memory_gib or sysinfo.memory_gib(),
+    }
+    if os_name := sysinfo.os_name():
+        spec["os"] = os_name
+    try:
+        reader = open_nvml()
+    except NvmlUnavailable as error:
+        if not args.gpu_model or not args.gpus:
+            raise UsageError(f"--gpu-model and --gpus are required without NVML: {error}") from None
+        spec.update(gpu_model=args.gpu_model, gpu_count=args.gpus)
+        return spec
+    try:
+        inventory = reader.inventory()
+    finally:
+        reader.close()
+    spec.update(
+        gpu_model=args.gpu_model or inventory.gpu_model,
+        gpu_count=args.gpus or len(inventory.gpus),
+        driver_version=inventory.driver_version,
+    )
+    if not args.gpus or args.gpus == len(inventory.gpus):
+        spec["gpus"] = inventory.gpus
+    return spec
+
+
+# run
+
+def command_run(args: argparse.Namespace) -> int:
+    state_path = args.state or default_state_path()
+    state = load_state(state_path)
+    read_gpus, close = gpu_reader()
+    stop = threading.Event()
+    agent = NodeAgent(
+        client=ApiClient(state.api, timeout_s=args.timeout),
+        state=state,
+        state_path=state_path,
+        read_gpus=read_gpus,
+        read_ib_ports=lambda: ports_payload(read_ib_ports()),
+        interval_s=args.interval,
+        stop=stop,
+    )
+    try:
+        if args.once:
+            agent.beat()
+            log.info("%s: heartbeat sent; serving %s", state.hostname,
+                     ", ".join(agent.leases.lease_ids()) or "nothing")
+        else:
+            stop_on_signals(stop)
+            log.info("%s: heartbeating node %d to %s every %g s", state.hostname, state.node_id,
+                     state.api, agent.interval_s)
+            agent.run_forever()
+    finally:
+        close()
+    return 0
+
+
+def gpu_reader():
+    """NVML's reader where a driver is present; else a warning and no GPU readings."""
+    try:
+        reader = open_nvml()
+    except NvmlUnavailable as error:
+        log.warning("no GPU readings: %s", error)
+        return (lambda: []), (lambda: None)
+    return reader.sample, reader.close
+
+
+# simulate
+
+def command_simulate(args: argparse.Namespace) -> int:
+    try:
+        hostnames = expand_hostlist(args.hosts)
+    except ValueError as error:
+        raise UsageError(f"--hosts: {error}") from None
+    stop = threading.Event()
+    fleet = Fleet(FleetOptions(
+        api=args.api,
+        key=args.key,
+        fabric=args.fabric,
+        hostnames=hostnames,
+        gpu_model=args.gpu_model,
+        gpus=args.gpus,
+        interval_s=args.interval,
+        cpu_cores=args.cpu_cores,
+        memory_gib=args.memory_gib,
+        workers=args.workers,
+        seed=args.seed,
+        control_path=args.control,
+        duration_s=args.duration,
+        timeout_s=args.timeout,
+    ), stop)
+    stop_on_signals(stop)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, lambda signum, frame: fleet.reload_control.set())
+    fleet.run()
+    return 0

@@ -1,0 +1,184 @@
+"""Simulated GPU servers for machines without GPUs: plausible, seeded readings and failures.
+
+Readings (per GPU, per heartbeat):
+- idle: 30-40 °C, 0 % utilisation, 0-5 MiB memory used;
+- busy (serving a lease): 60-75 °C, 90-100 % utilisation, 60-95 % of the GPU's memory used;
+- failed (`fail_gpus` in the control file): the GPU "fell off the bus": `ecc_errors` 1,
+  `xid_errors` 79 (the XID code for "GPU has fallen off the bus"), 0 % utilisation, 0 MiB used;
+- degraded (`degrade_gpus`): `xid_errors` rises by one every heartbeat (as a GPU throwing
+  XID 13/31/43 errors does) and the temperature is 90-95 °C; `ecc_errors` stays 0.
+A GPU taken out of the control file reads healthy again (as after a GPU reset).
+
+The control file is JSON, re-read every cycle and on SIGUSR1:
+    {"fail_gpus": {"gpu03": [2]}, "degrade_gpus": {"gpu04": [1]}, "stop_heartbeats": ["gpu05"]}
+A host in `stop_heartbeats` sends nothing until it is taken out again.
+"""
+
+import json
+import random
+import re
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.errors import AgentError
+from agent.heartbeat import GpuSample, Leases
+
+XID_FELL_OFF_THE_BUS = 79
+
+# Usable memory as NVML reports it, for the common models; others are read from the name.
+GPU_MEMORY_MIB = {
+    "H100-80GB": 81559,
+    "H100-94GB": 95830,
+    "H200-141GB": 143771,
+    "A100-80GB": 81920,
+    "A100-40GB": 40960,
+    "B200-180GB": 183359,
+    "L40S-48GB": 46068,
+}
+
+_UUID_NAMESPACE = uuid.UUID("8f6b7c9e-1d2a-4c3b-9e8f-6a5b4c3d2e1f")
+
+
+def gpu_memory_mib(gpu_model: str) -> int:
+    if gpu_model in GPU_MEMORY_MIB:
+        return GPU_MEMORY_MIB[gpu_model]
+    match = re.search(r"(\d+)\s*GB", gpu_model, re.IGNORECASE)
+    return int(match.group(1)) * 1024 if match else 81920
+
+
+@dataclass(frozen=True)
+class Control:
+    fail_gpus: dict[str, frozenset[int]] = field(default_factory=dict)
+    degrade_gpus: dict[str, frozenset[int]] = field(default_factory=dict)
+    stop_heartbeats: frozenset[str] = frozenset()
+
+
+def parse_control(data: object, source: str) -> Control:
+    if not isinstance(data, dict):
+        raise AgentError(f"{source}: expected a JSON object")
+    try:
+        return Control(
+            fail_gpus=_gpu_map(data.get("fail_gpus")),
+            degrade_gpus=_gpu_map(data.get("degrade_gpus")),
+            stop_heartbeats=frozenset(str(host) for host in data.get("stop_heartbeats") or []),
+        )
+    except (TypeError, ValueError, AttributeError):
+        raise AgentError(
+            f"{source}: expected {{\"fail_gpus\": {{host: [gpu, ...]}}, "
+            f"\"degrade_gpus\": {{host: [gpu, ...]}}, \"stop_heartbeats\": [host, ...]}}"
+        ) from None
+
+
+def _gpu_map(value: object) -> dict[str, frozenset[int]]:
+    return {str(host): frozenset(int(i) for i in gpus) for host, gpus in (value or {}).items()}
+
+
+class ControlFile:
+    """The failure-rehearsal file; reloads when it changes or when asked (SIGUSR1)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.current = Control()
+        self._signature: tuple[float, int] | None = None
+
+    def refresh(self, force: bool = False) -> bool:
+        """Re-read the file if it changed (or `force`); True if the control changed.
+
+        A missing file means no failures; a malformed one keeps the last good control and
+        raises AgentError so the caller can log it.
+        """
+        if self.path is None:
+            return False
+        try:
+            stat = self.path.stat()
+            signature = (stat.st_mtime, stat.st_size)
+        except OSError:
+            signature = None
+        if signature == self._signature and not force:
+            return False
+        self._signature = signature
+        if signature is None:
+            control = Control()
+        else:
+            try:
+                text = self.path.read_text()
+                control = parse_control(json.loads(text) if text.strip() else {}, str(self.path))
+            except (OSError, json.JSONDecodeError) as error:
+                raise AgentError(f"cannot read control file {self.path}: {error}") from None
+        changed = control != self.current
+        self.current = control
+        return changed
+
+
+class SimulatedHost:
+    """One simulated GPU server: its GPUs' readings, the leases it serves, its node identity."""
+
+    def __init__(self, hostname: str, gpu_model: str, gpu_count: int, seed: int = 0) -> None:
+        self.hostname = hostname
+        self.gpu_model = gpu_model
+        self.gpu_count = gpu_count
+        self.memory_mib = gpu_memory_mib(gpu_model)
+        # seeded per host, so a run is repeatable whatever order the threads take
+        self.random = random.Random(seed * 1_000_003 + zlib.crc32(hostname.encode()))
+        self.leases = Leases()
+        self.xid_counts = [0] * gpu_count
+        self.node_id: int | None = None
+        self.token: str | None = None
+        self.interval_s: float = 15.0
+        self.failures = 0  # heartbeats failed in a row
+        self.stopped = False  # the server refused our token: this node is done
+
+    def gpu_uuid(self, index: int) -> str:
+        return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{self.hostname}/{index}')}"
+
+    def registration(self, fabric: str, cpu_cores: int, memory_gib: int) -> dict:
+        return {
+            "hostname": self.hostname,
+            "fabric": fabric,
+            "gpu_model": self.gpu_model,
+            "gpu_count": self.gpu_count,
+            "cpu_cores": cpu_cores,
+            "memory_gib": memory_gib,
+            "os": "Ubuntu 22.04",
+            "driver_version": "550.54.15",
+            "gpus": [
+                {
+                    "index": index,
+                    "uuid": self.gpu_uuid(index),
+                    "memory_mib": self.memory_mib,
+                    # one NVSwitch domain per HGX board, i.e. per host
+                    "nvlink_domain": self.hostname[:80],  # the server keeps 80 characters
+                }
+                for index in range(self.gpu_count)
+            ],
+        }
+
+    def sample(self, control: Control) -> list[GpuSample]:
+        failed = control.fail_gpus.get(self.hostname, frozenset())
+        degraded = control.degrade_gpus.get(self.hostname, frozenset())
+        busy = self.leases.busy_gpus()
+        return [self._sample_one(i, i in failed, i in degraded, i in busy) for i in range(self.gpu_count)]
+
+    def _sample_one(self, index: int, failed: bool, degraded: bool, busy: bool) -> GpuSample:
+        rnd = self.random
+        if failed:
+            return GpuSample(index, rnd.randint(30, 40), 0, 0, ecc_errors=1, xid_errors=XID_FELL_OFF_THE_BUS)
+        if degraded:
+            self.xid_counts[index] += 1
+        else:
+            self.xid_counts[index] = 0
+        if busy:
+            temperature = rnd.randint(60, 75)
+            utilization = rnd.randint(90, 100)
+            memory = int(self.memory_mib * rnd.uniform(0.60, 0.95))
+        else:
+            temperature, utilization, memory = rnd.randint(30, 40), 0, rnd.randint(0, 5)
+        if degraded:
+            temperature = rnd.randint(90, 95)
+        return GpuSample(index, temperature, utilization, memory, 0, self.xid_counts[index])
+
+    def ib_ports(self) -> list[dict]:
+        """One NDR port per GPU rail, all active."""
+        return [{"port": rail, "state": "active", "rate_gbps": 400} for rail in range(1, self.gpu_count + 1)]
