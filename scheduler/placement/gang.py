@@ -64,9 +64,26 @@ class CapacityView:
             self._units[id(domain)] = cached
         return cached
 
-    def tightness(self, domain: Domain) -> tuple[int, int]:
-        """Sort key for best fit: fewer free units, then fewer free GPUs."""
-        return self.units(domain), self.gpus(domain)
+
+# --- score plugins: how candidates are ranked (the lowest key wins; the path breaks ties) -
+
+Capacity = Callable[[Domain], int]
+ScoreKey = Callable[[Domain], tuple]
+
+
+def tightest_fit(capacity: Capacity, gpus: Capacity) -> ScoreKey:
+    """Best fit: the least free capacity, then the fewest free GPUs (fewest stranded)."""
+    return lambda domain: (capacity(domain), gpus(domain), domain.path)
+
+
+def roomiest_first(capacity: Capacity, gpus: Capacity) -> ScoreKey:
+    """For splitting: the most free capacity first, so the fewest domains are used."""
+    return lambda domain: (-capacity(domain), gpus(domain), domain.path)
+
+
+def smallest_gap_first(gpus: Capacity) -> ScoreKey:
+    """For packing: the fewest free GPUs first, so wholly free nodes stay whole."""
+    return lambda domain: (gpus(domain), domain.path)
 
 
 # --- searching the tree -------------------------------------------------------------------
@@ -110,24 +127,21 @@ def domains_under(index: PlacementIndex, scope: Domain, depth: int) -> Iterator[
 
 
 def choose_scope(
-    view: CapacityView, depth: int, need: int, units: Callable[[Domain], int]
+    view: CapacityView, depth: int, need: int, units: Capacity | None = None
 ) -> tuple[Domain | None, int]:
-    """Rule 1: the best-fit domain at `depth` that holds `need` units, and the most any held."""
+    """Rule 1: the best-fit domain at `depth` that holds `need` units, and the most any held.
+
+    `units` defaults to the view's (GPUs or slices); the spread profile counts domains."""
     index = view.index
-    if depth == index.node_depth and units == view.units:
+    if units is None and depth == index.node_depth:
         k = view.slice_size
         most = most_free_on_one_node(view, index.root) // k
         return best_fit_node(view, index.root, need * k), most
-    best: Domain | None = None
-    best_key: tuple[int, int] | None = None
-    most = 0
-    for domain in index.by_depth[depth]:  # path order: the first of equal keys wins
-        held = units(domain)
-        most = max(most, held)
-        if held >= need:
-            key = (held, view.gpus(domain))
-            if best_key is None or key < best_key:
-                best, best_key = domain, key
+    units = units or view.units
+    domains = index.by_depth[depth]
+    most = max((units(domain) for domain in domains), default=0)
+    fitting = [domain for domain in domains if units(domain) >= need]
+    best = min(fitting, key=tightest_fit(units, view.gpus)) if fitting else None
     return best, most
 
 
@@ -156,23 +170,23 @@ def fill_gpus(view: CapacityView, domain: Domain, need: int, out: Assignment) ->
 def split_among_children(
     children: list[Domain],
     need: int,
-    capacity: Callable[[Domain], int],
-    gpus: Callable[[Domain], int],
+    capacity: Capacity,
+    gpus: Capacity,
     give: Callable[[Domain, int], None],
 ) -> None:
     """If one child holds `need`, the tightest such child takes it; otherwise the roomiest
     children are taken whole until the rest fits in one child, which is again the tightest.
     This uses the fewest children, and leaves the roomy ones whole when it can."""
-    roomiest_first = sorted(children, key=lambda c: (-capacity(c), gpus(c), c.path))
+    queue = sorted(children, key=roomiest_first(capacity, gpus))
     remaining = need
     while remaining:
-        fitting = [c for c in roomiest_first if capacity(c) >= remaining]
+        fitting = [c for c in queue if capacity(c) >= remaining]
         if fitting:
-            give(min(fitting, key=lambda c: (capacity(c), gpus(c), c.path)), remaining)
+            give(min(fitting, key=tightest_fit(capacity, gpus)), remaining)
             return
-        if not roomiest_first:
+        if not queue:
             raise AssertionError("capacity was checked before filling")
-        roomiest = roomiest_first.pop(0)
+        roomiest = queue.pop(0)
         give(roomiest, capacity(roomiest))
         remaining -= capacity(roomiest)
 
@@ -180,7 +194,7 @@ def split_among_children(
 def fill_smallest_gaps(view: CapacityView, scope: Domain, need_gpus: int, out: Assignment) -> None:
     """Rule 3: nodes in ascending order of free GPUs, so wholly free nodes stay whole."""
     nodes = [n for n in domains_under(view.index, scope, view.index.node_depth) if view.gpus(n)]
-    nodes.sort(key=view.gpus)  # stable: equal gaps stay in path order
+    nodes.sort(key=smallest_gap_first(view.gpus))
     remaining = need_gpus
     for node in nodes:
         take = min(view.gpus(node), remaining)
@@ -191,17 +205,16 @@ def fill_smallest_gaps(view: CapacityView, scope: Domain, need_gpus: int, out: A
     raise AssertionError("capacity was checked before filling")
 
 
-def fill_grains(
-    view: CapacityView, scope: Domain, need: int, grains: list[Domain], out: Assignment
-) -> None:
+def fill_grains(view: CapacityView, need: int, grains: list[Domain], out: Assignment) -> None:
     """least_free with slices: slice-level domains, the tightest that holds it all, else
     ascending by free slices, each taking what it can."""
     fitting = [g for g in grains if view.units(g) >= need]
     if fitting:
-        fill_gpus(view, min(fitting, key=view.tightness), need * view.slice_size, out)
+        best = min(fitting, key=tightest_fit(view.units, view.gpus))
+        fill_gpus(view, best, need * view.slice_size, out)
         return
     remaining = need
-    for grain in sorted(grains, key=view.tightness):  # sorted() is stable: path breaks ties
+    for grain in sorted(grains, key=tightest_fit(view.units, view.gpus)):
         take = min(view.units(grain), remaining)
         if take:
             fill_gpus(view, grain, take * view.slice_size, out)
@@ -240,7 +253,7 @@ def scope_depths(index: PlacementIndex, request: Request) -> tuple[list[int], in
 
 
 def find_scope(
-    view: CapacityView, request: Request, need: int, units: Callable[[Domain], int], what: str
+    view: CapacityView, request: Request, need: int, what: str, units: Capacity | None = None
 ) -> Domain:
     """Rules 1 and 2: the narrowest level with a domain that holds it, best fit at that level."""
     index = view.index
@@ -273,7 +286,7 @@ def place_best_fit(view: CapacityView, request: Request) -> Assignment:
         else:
             fill_units(view, root, need, out)  # more free slices first, then tighter fit
         return out
-    scope = find_scope(view, request, need, view.units, what)
+    scope = find_scope(view, request, need, what)
     fill_units(view, scope, need, out)
     return out
 
@@ -283,7 +296,7 @@ def place_least_free(view: CapacityView, request: Request) -> Assignment:
     ignoring the levels between: fewest stranded GPUs, at the cost of more leaves."""
     out: Assignment = {}
     need = request.units
-    scope = find_scope(view, request, need, view.units, f"{request.unit_name} fit")
+    scope = find_scope(view, request, need, f"{request.unit_name} fit")
     if request.slice is None:
         node = best_fit_node(view, scope, need)
         if node is not None:
@@ -292,7 +305,7 @@ def place_least_free(view: CapacityView, request: Request) -> Assignment:
             fill_smallest_gaps(view, scope, need, out)
         return out
     grains = [g for g in domains_under(view.index, scope, view.slice_depth) if view.units(g)]
-    fill_grains(view, scope, need, grains, out)
+    fill_grains(view, need, grains, out)
     return out
 
 
@@ -324,9 +337,9 @@ def place_spread(view: CapacityView, request: Request) -> Assignment:
             raise Refusal(f"only {groups_in(index.root)} of {need} {what}")
         scope = index.root
     else:
-        scope = find_scope(view, request, need, groups_in, what)
+        scope = find_scope(view, request, need, what, groups_in)
     hosts = [d for d in domains_under(index, scope, spread_depth) if view.gpus(d) >= group]
-    hosts.sort(key=view.gpus)  # stable: path order among equals
+    hosts.sort(key=smallest_gap_first(view.gpus))
     out: Assignment = {}
     for host in hosts[:need]:
         fill_gpus(view, host, group, out)
@@ -340,7 +353,9 @@ PROFILES: dict[str, Callable[[CapacityView, Request], Assignment]] = {
 }
 
 
-def place_on_index(index: PlacementIndex, request: Request, profile: str = "best_fit"):
+def place_on_index(
+    index: PlacementIndex, request: Request, profile: str = "best_fit"
+) -> Placement:
     """Place `request` against `index` without committing it."""
     strategy = PROFILES.get(profile)
     if strategy is None:
