@@ -11,6 +11,7 @@ from tests.scheduler.placement.topologies import LEVELS
 
 FEW = settings(max_examples=150, deadline=None)
 LEVEL_OR_NONE = st.sampled_from([None, "spine", "leaf", "node"])
+ANY_SLICING = st.booleans()
 
 
 @st.composite
@@ -26,13 +27,16 @@ def topologies(draw):
 
 
 @st.composite
-def requests(draw):
-    slice_ = draw(st.none() | st.builds(Slice, st.sampled_from([1, 2, 4, 8]),
-                                        st.sampled_from(["leaf", "node"])))
-    units = draw(st.integers(1, 12))
-    gpus = units * (slice_.size if slice_ else 1) if slice_ else draw(st.integers(1, 40))
-    return Request(gpus, required=draw(LEVEL_OR_NONE), preferred=draw(LEVEL_OR_NONE),
-                   slice=slice_)
+def requests(draw, required=LEVEL_OR_NONE, sliced=ANY_SLICING):
+    slice_ = None
+    if draw(sliced):
+        slice_ = Slice(draw(st.sampled_from([1, 2, 4, 8])), draw(st.sampled_from(["leaf", "node"])))
+    gpus = draw(st.integers(1, 8)) * slice_.size if slice_ else draw(st.integers(1, 30))
+    required_level = draw(required)
+    # preferred at or below the required level; above it is malformed, not a placement
+    deeper = LEVELS[LEVELS.index(required_level):] if required_level else LEVELS
+    preferred = draw(st.none() | st.sampled_from(deeper))
+    return Request(gpus, required=required_level, preferred=preferred, slice=slice_)
 
 
 PROFILES = st.sampled_from(["best_fit", "least_free", "spread"])
@@ -63,18 +67,22 @@ def test_placement_is_all_or_nothing_and_never_exceeds_free_gpus(nodes, request,
 
 
 @FEW
-@given(topologies(), requests(), PROFILES)
+@given(topologies(), requests(required=st.sampled_from(LEVELS)), PROFILES)
 def test_required_level_contains_the_whole_placement(nodes, request, profile):
     placement = place_or_skip(nodes, request, profile)
-    assume(placement.placed and request.required is not None)
-    assert len(placement.domains[request.required]) == 1
+    if placement.placed:
+        assert len(placement.domains[request.required]) == 1
+    else:
+        assert placement.reason.endswith(f"within one {request.required}")
 
 
 @FEW
-@given(topologies(), requests(), PROFILES)
+@given(topologies(), requests(sliced=st.just(True)), PROFILES)
 def test_every_slice_lies_inside_one_domain_of_its_level(nodes, request, profile):
     placement = place_or_skip(nodes, request, profile)
-    assume(placement.placed and request.slice is not None)
+    if not placement.placed:
+        assert " slices fit" in placement.reason
+        return
     depth = LEVELS.index(request.slice.level)
     by_name = {n.name: n for n in nodes}
     per_domain: dict[tuple, int] = {}
