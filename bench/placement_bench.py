@@ -114,6 +114,13 @@ def main() -> None:
         print(f"{label:44} {engine_s * 1000:8.3f}ms {leaves_of(placement.assignment, leaf_by_node):6d}"
               f" | {naive_s * 1000:8.3f}ms {leaves_of(naive, leaf_by_node):6d}{target}")
 
+    # Per-node filters withhold the GPUs they exclude for the length of one placement; an
+    # excluded node costs a commit and a release. Shown for information; it has no target.
+    filtered = Request(8, required="node", exclude_nodes=frozenset({"n00000"}))
+    filtered_s, placement = timed(lambda: index.place(filtered), 5)
+    print(f"{'8 GPUs, required node, 1 node excluded':44} {filtered_s * 1000:8.3f}ms "
+          f"{leaves_of(placement.assignment, leaf_by_node):6d} | (exclusion path)")
+
     # Sustained single-node placements: place + commit, releasing the oldest allocation
     # once 2,000 are held so the pool stays near its starting occupancy.
     rng = random.Random(args.seed)

@@ -2,8 +2,9 @@
 
 Like the Kubernetes scheduler framework's Filter stage, each plugin is named, and a refusal
 reports how many nodes each one excluded (a node is charged to the first plugin that excludes
-it). Static plugins look only at a node's GPU model, state and health; the index counts nodes
-by those, so requests that use only static plugins never visit nodes.
+it). Static plugins look only at a node's GPU model, state and health: the index keeps free
+capacity per GPU model over schedulable nodes only, and counts nodes by class, so they never
+visit nodes. Per-node plugins (names, CPU and memory per GPU) withhold GPUs instead.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ FILTERS: tuple[FilterPlugin, ...] = (
 )
 
 
+STATIC_NAMES = frozenset(plugin.name for plugin in FILTERS if plugin.static)
+
+
 def needs_node_filters(request: Request) -> bool:
     """True when some non-static plugin can exclude or limit a node for this request."""
     return bool(
@@ -97,21 +101,39 @@ def count_static_exclusions(index: PlacementIndex, request: Request) -> dict[str
     return _in_plugin_order(counts)
 
 
-def filtered_index(index: PlacementIndex, request: Request) -> tuple[PlacementIndex, dict]:
-    """A throw-away index holding only the usable GPUs of each node, for per-node filters.
+def withheld_gpus(index: PlacementIndex, request: Request) -> tuple[dict[str, int], dict]:
+    """GPUs the per-node plugins keep from this request, by node, and the nodes they excluded.
 
-    Costs one pass over the nodes; only requests with node-specific filters pay it.
+    The engine takes these GPUs out of the index for the length of one placement (commit,
+    place, release), so per-node filters cost a look at the named nodes, or one pass over the
+    nodes when CPU or memory per GPU is asked for, never a second index.
     """
+    if request.min_cpu_milli_per_gpu or request.min_memory_mib_per_gpu:
+        names = list(index.nodes)
+    else:
+        names = [name for name in sorted(request.exclude_nodes) if name in index.nodes]
+    withheld: dict[str, int] = {}
     counts: dict[str, int] = {}
-    kept = []
-    for node in index.current_nodes():
-        usable, excluded_by = usable_gpus(node, node.free_gpus, request)
+    for name in names:
+        node = index.nodes[name].node
+        assert node is not None
+        free = index.free_gpus_by_node[name]
+        usable, excluded_by = usable_gpus(node, free, request)
+        if excluded_by in STATIC_NAMES:
+            continue  # counted per class by count_static_exclusions
         if excluded_by is not None:
             counts[excluded_by] = counts.get(excluded_by, 0) + 1
-            continue
-        kept.append(Node(name=node.name, labels=node.labels, free_gpus=usable,
-                         gpu_model=node.gpu_model))
-    return PlacementIndex(index.levels, kept), _in_plugin_order(counts)
+        if usable < free:
+            withheld[name] = free - usable
+    return withheld, counts
+
+
+def merge_counts(*counts: dict[str, int]) -> dict[str, int]:
+    merged: dict[str, int] = {}
+    for one in counts:
+        for name, how_many in one.items():
+            merged[name] = merged.get(name, 0) + how_many
+    return _in_plugin_order(merged)
 
 
 def _in_plugin_order(counts: dict[str, int]) -> dict[str, int]:

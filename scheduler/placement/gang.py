@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 
 from scheduler.placement.filters import (
     count_static_exclusions,
-    filtered_index,
+    merge_counts,
     needs_node_filters,
+    withheld_gpus,
 )
 from scheduler.placement.index import Domain, PlacementIndex
 from scheduler.placement.model import InvalidInput, Placement, Request
@@ -24,9 +25,9 @@ Assignment = dict[str, int]
 class CapacityView:
     """Free capacity of domains as one request sees it: its GPU models, its slice size."""
 
-    def __init__(self, index: PlacementIndex, request: Request, filter_models: bool = True):
+    def __init__(self, index: PlacementIndex, request: Request):
         self.index = index
-        models = request.gpu_models if filter_models else None
+        models = request.gpu_models
         self.models = None if models is None or models >= index.models else sorted(models)
         self.slice_size = request.slice_size
         self.slice_depth = (
@@ -360,18 +361,20 @@ def place_on_index(
     strategy = PROFILES.get(profile)
     if strategy is None:
         raise InvalidInput("profile", f"unknown profile {profile!r}")
-    scope_depths(index, request)  # validates level names before any filtering
-    if needs_node_filters(request):
-        work, excluded = filtered_index(index, request)
-        view = CapacityView(work, request, filter_models=False)
-    else:
-        work, excluded = index, count_static_exclusions(index, request)
-        view = CapacityView(work, request)
+    scope_depths(index, request)  # validates level names before anything is withheld
+    view = CapacityView(index, request)
+    withheld, excluded_per_node = (
+        withheld_gpus(index, request) if needs_node_filters(request) else ({}, {})
+    )
+    excluded = merge_counts(count_static_exclusions(index, request), excluded_per_node)
+    index.commit(withheld)
     try:
         assignment = strategy(view, request)
     except Refusal as refusal:
         return Placement(placed=False, reason=_with_exclusions(refusal.reason, excluded),
                          excluded=excluded)
+    finally:
+        index.release(withheld)
     return describe(index, assignment, excluded)
 
 

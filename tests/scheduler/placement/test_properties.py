@@ -122,11 +122,27 @@ def test_shuffled_input_gives_the_same_answer(nodes, request, profile, rng):
 
 @FEW
 @given(topologies(), requests(), PROFILES)
-def test_node_filter_path_agrees_with_indexed_path(nodes, request, profile):
-    # min CPU per GPU on nodes that report no CPU limits nothing but takes the slower path
+def test_a_per_node_filter_that_limits_nothing_changes_nothing(nodes, request, profile):
+    # min CPU per GPU on nodes that report no CPU limits nothing, but runs the per-node pass
     placement = place_or_skip(nodes, request, profile)
     filtered = place_gang(LEVELS, nodes, replace(request, min_cpu_milli_per_gpu=1), profile)
     assert filtered == placement
+
+
+@FEW
+@given(topologies(), requests(), PROFILES, st.data())
+def test_excluded_nodes_are_never_used_and_placing_leaves_the_index_unchanged(
+    nodes, request, profile, data
+):
+    excluded = data.draw(st.sets(st.sampled_from([n.name for n in nodes])))
+    index = PlacementIndex(LEVELS, nodes)
+    try:
+        placement = index.place(replace(request, exclude_nodes=frozenset(excluded)), profile)
+    except InvalidInput:
+        assume(False)
+    assert not excluded & set(placement.assignment)
+    assert index.current_nodes() == PlacementIndex(LEVELS, nodes).current_nodes()
+    assert index.place(request, profile) == place_gang(LEVELS, nodes, request, profile)
 
 
 @settings(max_examples=60, deadline=None)
