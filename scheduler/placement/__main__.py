@@ -1,0 +1,3 @@
+from scheduler.placement.cli import entry_point
+
+entry_point()
