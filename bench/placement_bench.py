@@ -22,7 +22,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.placement import Node, PlacementIndex, Request  # noqa: E402
+from scheduler.placement import (  # noqa: E402
+    DEFAULT_MIX,
+    Node,
+    PlacementIndex,
+    Request,
+    SharedGpu,
+    SharedRequest,
+    choose_shared_gpu,
+    fragmentation,
+)
+from scheduler.placement.shared import best_fit_shared_gpu  # noqa: E402
 
 LEVELS = ("spine", "leaf", "node")
 NODES, GPUS_PER_NODE, LEAF_SIZE, SPINE_SIZE = 12_500, 8, 16, 16
@@ -143,6 +153,46 @@ def main() -> None:
     print(f"sustained single-node place+commit (with releases): "
           f"{(placed + refused) / elapsed:,.0f} requests/s "
           f"({placed} placed, {refused} refused in {elapsed:.1f} s; target >= 2,000/s)")
+    shared_gpu_report()
+
+
+def shared_gpu_churn(chooser, seed: int, gpu_count: int = 40, steps: int = 2000):
+    """Fractional requests from DEFAULT_MIX arriving and leaving around 60 % load; the mean
+    fragmentation (milli-GPUs the mix cannot use) and mean wholly free GPUs after warm-up."""
+    rng = random.Random(seed)
+    fractional = [item for item in DEFAULT_MIX if item.gpu_milli < 1000]
+    free = {f"g{i:02d}": [1000, 40_960] for i in range(gpu_count)}
+    live: list[tuple[str, int, int]] = []
+    used = 0
+    frag_samples, whole_samples = [], []
+    for step in range(steps):
+        if step >= steps // 4 and step % 10 == 0:
+            frag_samples.append(sum(fragmentation(m, mem, DEFAULT_MIX) for m, mem in free.values()))
+            whole_samples.append(sum(m == 1000 for m, _ in free.values()))
+        if live and (used > 0.6 * gpu_count * 1000 or rng.random() < 0.3):
+            gpu, milli, memory = live.pop(rng.randrange(len(live)))
+            free[gpu][0] += milli
+            free[gpu][1] += memory
+            used -= milli
+            continue
+        item = rng.choices(fractional, weights=[i.weight for i in fractional])[0]
+        gpus = [SharedGpu(gpu, milli, memory) for gpu, (milli, memory) in free.items()]
+        gpu = chooser(gpus, SharedRequest(item.gpu_milli, item.memory_mib))
+        if gpu is not None:
+            free[gpu][0] -= item.gpu_milli
+            free[gpu][1] -= item.memory_mib
+            used += item.gpu_milli
+            live.append((gpu, item.gpu_milli, item.memory_mib))
+    return statistics.mean(frag_samples), statistics.mean(whole_samples)
+
+
+def shared_gpu_report() -> None:
+    for label, chooser in (("fragmentation-aware", choose_shared_gpu),
+                           ("best fit (baseline)", best_fit_shared_gpu)):
+        runs = [shared_gpu_churn(chooser, seed) for seed in range(6)]
+        print(f"shared GPUs, {label:20}: mean fragmentation "
+              f"{statistics.mean(r[0] for r in runs):6.0f} milli-GPUs, "
+              f"wholly free GPUs {statistics.mean(r[1] for r in runs):5.2f} of 40")
 
 
 if __name__ == "__main__":

@@ -174,6 +174,13 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "ApiKeyScope": "ibex.accounts.models.ApiKey.Scope",
+        "ProviderState": "ibex.accounts.models.ProviderProfile.State",
+        "NodeState": "pool.models.Node.State",
+        "NodeHealth": "pool.models.Node.Health",
+        "GpuHealth": "pool.models.Gpu.Health",
+    },
 }
 
 # --- Celery ---------------------------------------------------------------------------------
@@ -204,3 +211,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- pool -------------------------------------------------------------------------------------
+NODE_HEARTBEAT_INTERVAL_S = env_int("NODE_HEARTBEAT_INTERVAL_S", 15)
+PROVIDER_BURN_IN_S = env_int("PROVIDER_BURN_IN_S", 600)
+CELERY_BEAT_SCHEDULE.update({
+    "mark-unreachable-nodes": {"task": "pool.mark_unreachable_nodes", "schedule": 15.0},
+    "verify-burned-in-providers": {"task": "pool.verify_burned_in_providers", "schedule": 60.0},
+})

@@ -3,15 +3,15 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ibex import health
-from ibex.accounts.api import whoami
 from ibex.api.views import api_root
 
 api_v1 = [
     path("", api_root, name="api-root"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
-    path("me/", whoami, name="whoami"),
+    path("", include("ibex.accounts.urls")),
     path("", include("fabric.urls")),
+    path("", include("pool.urls")),
 ]
 
 urlpatterns = [

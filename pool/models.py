@@ -1,1 +1,189 @@
-"""Nodes, GPUs, health and heartbeats from node agents, logical pools and quotas."""
+"""The inventory every lease is placed on: GPU models, nodes, GPUs, their health and pools."""
+
+from django.db import models
+from django.db.models import Q
+
+from fabric.models import Fabric, Host
+from ibex.accounts.models import Organization
+
+
+class GpuModel(models.Model):
+    """A GPU part, named by model and memory as everywhere in IBEX (`H100-80GB`)."""
+
+    name = models.CharField(max_length=40, unique=True)
+    vendor = models.CharField(max_length=20, default="NVIDIA")
+    architecture = models.CharField(max_length=20)
+    memory_mib = models.PositiveIntegerField()
+    bf16_tflops = models.DecimalField(max_digits=7, decimal_places=1,
+                                      help_text="dense BF16 tensor TFLOPS")
+    mig_capable = models.BooleanField(default=False)
+    mig_profiles = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU model"
+
+    def __str__(self):
+        return self.name
+
+
+class Node(models.Model):
+    """A GPU server of a provider, on one host of the provider's fabric."""
+
+    class State(models.TextChoices):
+        REGISTERING = "registering"
+        ACTIVE = "active"
+        DRAINING = "draining"
+        OFFLINE = "offline"
+        RETIRED = "retired"
+
+    class Health(models.TextChoices):
+        REACHABLE = "reachable"
+        UNREACHABLE = "unreachable"
+
+    provider = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="nodes")
+    fabric = models.ForeignKey(Fabric, on_delete=models.PROTECT, related_name="nodes")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="nodes")
+    hostname = models.CharField(max_length=200)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="nodes")
+    cpu_cores = models.PositiveIntegerField()
+    memory_gib = models.PositiveIntegerField()
+    os = models.CharField(max_length=100, blank=True)
+    driver_version = models.CharField(max_length=50, blank=True)
+    state = models.CharField(max_length=12, choices=State.choices, default=State.REGISTERING)
+    health = models.CharField(max_length=12, choices=Health.choices, default=Health.REACHABLE)
+    heartbeat_interval_s = models.PositiveIntegerField(default=15)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    healthy_since = models.DateTimeField(null=True, blank=True,
+                                         help_text="start of the current run of healthy heartbeats")
+    token_prefix = models.CharField(max_length=16, unique=True)
+    token_hash = models.CharField(max_length=64)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["hostname"]
+        constraints = [
+            models.UniqueConstraint(fields=["host"], condition=~Q(state="retired"),
+                                    name="one_live_node_per_host"),
+            models.UniqueConstraint(fields=["provider", "hostname"], condition=~Q(state="retired"),
+                                    name="one_live_node_per_provider_hostname"),
+            models.CheckConstraint(condition=Q(cpu_cores__gt=0) & Q(memory_gib__gt=0),
+                                   name="node_has_cpu_and_memory"),
+        ]
+        indexes = [models.Index(fields=["state", "health", "last_heartbeat_at"])]
+
+    def __str__(self):
+        return self.hostname
+
+
+class NodeStateChange(models.Model):
+    """History of a node's state: one row per transition, with who and why."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="state_changes")
+    from_state = models.CharField(max_length=12)
+    to_state = models.CharField(max_length=12)
+    actor = models.CharField(max_length=150)
+    reason = models.CharField(max_length=500)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"{self.node_id}: {self.from_state} → {self.to_state}"
+
+
+class Gpu(models.Model):
+    class Health(models.TextChoices):
+        OK = "ok"
+        DEGRADED = "degraded"
+        FAILED = "failed"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=80, blank=True)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
+    memory_mib = models.PositiveIntegerField()
+    mig_capable = models.BooleanField(default=False)
+    nvlink_domain = models.CharField(max_length=80, blank=True)
+    health = models.CharField(max_length=10, choices=Health.choices, default=Health.OK)
+    health_changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_index_unique_per_node"),
+            models.UniqueConstraint(fields=["uuid"], condition=~Q(uuid=""),
+                                    name="gpu_uuid_unique"),
+        ]
+        indexes = [models.Index(fields=["health"])]
+
+    def __str__(self):
+        return f"{self.node.hostname}/gpu{self.index}"
+
+
+class HealthEvent(models.Model):
+    """Every change of a node's reachability or a GPU's health; the SLA logic reads these."""
+
+    class Kind(models.TextChoices):
+        NODE_UNREACHABLE = "node_unreachable"
+        NODE_REACHABLE = "node_reachable"
+        GPU_HEALTH = "gpu_health"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_events")
+    gpu = models.ForeignKey(Gpu, null=True, blank=True, on_delete=models.CASCADE,
+                            related_name="health_events")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    from_value = models.CharField(max_length=20)
+    to_value = models.CharField(max_length=20)
+    detail = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"{self.kind}: {self.from_value} → {self.to_value}"
+
+
+class Binding(models.Model):
+    """What a node must serve: the scheduler writes it, the node's heartbeat acknowledges it.
+
+    `lease_ref` is the market's lease id as text: the pool knows no leases (imports go one way).
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="bindings")
+    lease_ref = models.CharField(max_length=64)
+    gpu_indexes = models.JSONField(default=list)
+    serve = models.BooleanField(default=True, help_text="false: the node must stop serving it")
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "lease_ref"], name="one_binding_per_node_lease"),
+        ]
+
+    def __str__(self):
+        return f"{self.lease_ref} on node {self.node_id}"
+
+
+class Pool(models.Model):
+    """A logical pool. The public market pool is every verified provider's GPUs; operators
+    define private pools of chosen nodes (used by quotas)."""
+
+    class Kind(models.TextChoices):
+        PUBLIC = "public"
+        PRIVATE = "private"
+
+    name = models.SlugField(max_length=100, unique=True)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.PRIVATE)
+    owner = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="pools")
+    nodes = models.ManyToManyField(Node, blank=True, related_name="pools")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.name

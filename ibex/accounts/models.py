@@ -78,3 +78,41 @@ class ApiKey(models.Model):
 
     def __str__(self):
         return f"{self.prefix}… ({self.organization})"
+
+
+class ProviderProfile(models.Model):
+    """A provider's onboarding: only verified providers' GPUs are offered to tenants."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        VERIFIED = "verified"
+        SUSPENDED = "suspended"
+
+    organization = models.OneToOneField(Organization, on_delete=models.CASCADE,
+                                        related_name="provider_profile")
+    state = models.CharField(max_length=12, choices=State.choices, default=State.PENDING)
+    legal_name = models.CharField(max_length=200, blank=True)
+    country = models.CharField(max_length=2, blank=True, help_text="ISO 3166 alpha-2")
+    payout_email = models.EmailField(blank=True)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"{self.organization} ({self.state})"
+
+
+class ProviderStateChange(models.Model):
+    """One row per onboarding transition: who, when, why."""
+
+    profile = models.ForeignKey(ProviderProfile, on_delete=models.CASCADE, related_name="changes")
+    from_state = models.CharField(max_length=12)
+    to_state = models.CharField(max_length=12)
+    actor = models.CharField(max_length=150, help_text="a user name, or 'system' for burn-in")
+    reason = models.CharField(max_length=500)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"{self.from_state} → {self.to_state} by {self.actor}"

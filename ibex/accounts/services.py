@@ -9,7 +9,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from ibex.accounts.models import ApiKey, Membership, Organization
+from ibex.accounts.models import (
+    ApiKey,
+    Membership,
+    Organization,
+    ProviderProfile,
+    ProviderStateChange,
+)
 
 KEY_PREFIX = "ibex"
 ROLES = ("tenant", "provider", "operator")
@@ -26,17 +32,61 @@ class IssuedKey:
 
 
 @transaction.atomic
-def create_organization(*, slug: str, name: str = "", roles: tuple[str, ...] = ()) -> Organization:
+def create_organization(*, slug: str, name: str = "", roles: tuple[str, ...] = (),
+                        owner=None) -> Organization:
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s): {', '.join(sorted(unknown))}")
-    return Organization.objects.create(
+    organization = Organization.objects.create(
         slug=slug,
         name=name or slug,
         is_tenant="tenant" in roles,
         is_provider="provider" in roles,
         is_operator="operator" in roles,
     )
+    if organization.is_provider:
+        ProviderProfile.objects.create(organization=organization)
+    if owner is not None:
+        Membership.objects.create(user=owner, organization=organization,
+                                  role=Membership.Role.OWNER)
+    return organization
+
+
+# --- provider onboarding: pending -> verified -> suspended ----------------------------------
+
+PROVIDER_TRANSITIONS = {
+    ProviderProfile.State.PENDING: {ProviderProfile.State.VERIFIED, ProviderProfile.State.SUSPENDED},
+    ProviderProfile.State.VERIFIED: {ProviderProfile.State.SUSPENDED},
+    ProviderProfile.State.SUSPENDED: {ProviderProfile.State.VERIFIED},
+}
+
+
+class TransitionError(Exception):
+    """A state change that the transition table does not allow."""
+
+
+@transaction.atomic
+def change_provider_state(*, organization: Organization, to_state: str, actor: str,
+                          reason: str) -> ProviderProfile:
+    """The one way a provider's onboarding state changes; re-checked under the row lock."""
+    profile = ProviderProfile.objects.select_for_update().get(organization=organization)
+    if to_state not in PROVIDER_TRANSITIONS.get(profile.state, set()):
+        raise TransitionError(f"a {profile.state} provider cannot become {to_state}")
+    ProviderStateChange.objects.create(profile=profile, from_state=profile.state,
+                                       to_state=to_state, actor=actor, reason=reason)
+    profile.state = to_state
+    profile.state_changed_at = timezone.now()
+    profile.save(update_fields=["state", "state_changed_at"])
+    return profile
+
+
+@transaction.atomic
+def update_provider_details(*, organization: Organization, **details) -> ProviderProfile:
+    profile = ProviderProfile.objects.select_for_update().get(organization=organization)
+    for field, value in details.items():
+        setattr(profile, field, value)
+    profile.save(update_fields=list(details))
+    return profile
 
 
 @transaction.atomic

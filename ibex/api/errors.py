@@ -28,6 +28,11 @@ def _fields(detail) -> dict:
         if isinstance(value, dict):
             for sub, messages in _fields(value).items():
                 fields[f"{key}.{sub}"] = messages
+        elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
+            # a list of nested objects: name each failing item by its position
+            for position, item in enumerate(value):
+                for sub, messages in _fields(item).items() if isinstance(item, dict) else ():
+                    fields[f"{key}.{position}.{sub}"] = messages
         else:
             fields[str(key)] = _flatten(value)
     return fields

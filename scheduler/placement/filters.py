@@ -21,9 +21,9 @@ UsableGpus = Callable[[Node, Request], int | None]
 
 @dataclass(frozen=True)
 class FilterPlugin:
-    name: str
-    static: bool
-    usable_gpus: UsableGpus
+    name: str  # as a refusal names it
+    static: bool  # looks only at GPU model, state and health
+    limit_gpus: UsableGpus
 
 
 def _gpu_model(node: Node, request: Request) -> int | None:
@@ -44,6 +44,8 @@ def _excluded_by_name(node: Node, request: Request) -> int | None:
     return 0 if node.name in request.exclude_nodes else None
 
 
+# CPU and memory figures are the node's as given when the index was built: the index counts
+# GPUs only, so callers rebuild it when those figures change.
 def _free_cpu(node: Node, request: Request) -> int | None:
     if request.min_cpu_milli_per_gpu == 0 or node.free_cpu_milli is None:
         return None
@@ -80,7 +82,7 @@ def usable_gpus(node: Node, free_gpus: int, request: Request) -> tuple[int, str 
     """GPUs this node may give, and the plugin that excluded it (None when not excluded)."""
     usable = free_gpus
     for plugin in FILTERS:
-        limit = plugin.usable_gpus(node, request)
+        limit = plugin.limit_gpus(node, request)
         if limit == 0:
             return 0, plugin.name
         if limit is not None:
@@ -95,7 +97,7 @@ def count_static_exclusions(index: PlacementIndex, request: Request) -> dict[str
         example = Node(name="class", labels={}, free_gpus=0, gpu_model=model, state=state,
                        healthy=healthy)
         for plugin in FILTERS:
-            if plugin.static and plugin.usable_gpus(example, request) == 0:
+            if plugin.static and plugin.limit_gpus(example, request) == 0:
                 counts[plugin.name] = counts.get(plugin.name, 0) + how_many
                 break
     return _in_plugin_order(counts)
@@ -109,13 +111,13 @@ def withheld_gpus(index: PlacementIndex, request: Request) -> tuple[dict[str, in
     nodes when CPU or memory per GPU is asked for, never a second index.
     """
     if request.min_cpu_milli_per_gpu or request.min_memory_mib_per_gpu:
-        names = list(index.nodes)
+        names = list(index.node_domains)
     else:
-        names = [name for name in sorted(request.exclude_nodes) if name in index.nodes]
+        names = [name for name in sorted(request.exclude_nodes) if name in index.node_domains]
     withheld: dict[str, int] = {}
     counts: dict[str, int] = {}
     for name in names:
-        node = index.nodes[name].node
+        node = index.node_domains[name].node
         assert node is not None
         free = index.free_gpus_by_node[name]
         usable, excluded_by = usable_gpus(node, free, request)

@@ -229,6 +229,8 @@ def fill_grains(view: CapacityView, need: int, grains: list[Domain], out: Assign
 
 
 class Refusal(Exception):
+    """A valid request that cannot be placed; `reason` is what the tenant reads."""
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -256,7 +258,8 @@ def scope_depths(index: PlacementIndex, request: Request) -> tuple[list[int], in
 def find_scope(
     view: CapacityView, request: Request, need: int, what: str, units: Capacity | None = None
 ) -> Domain:
-    """Rules 1 and 2: the narrowest level with a domain that holds it, best fit at that level."""
+    """Rules 1 and 2: the narrowest level with a domain that holds it, best fit at that level;
+    the whole topology when the request names no level."""
     index = view.index
     depths, required = scope_depths(index, request)
     if not depths:
@@ -271,24 +274,21 @@ def find_scope(
 
 
 def place_best_fit(view: CapacityView, request: Request) -> Assignment:
+    """Rules 1-5: the narrowest allowed scope, best fit, filled level by level (rule 4); an
+    unconstrained, unsliced request takes the best-fit node or the smallest gaps (rule 3)."""
     out: Assignment = {}
     need = request.units
-    what = f"{request.unit_name} fit"
-    root = view.index.root
-    if request.required is None and request.preferred is None:
-        if view.units(root) < need:
-            raise Refusal(f"only {view.units(root)} of {need} {what}")
-        if request.slice is None:
-            node = best_fit_node(view, root, need)
-            if node is not None:
-                out[node.name] = need
-            else:
-                fill_smallest_gaps(view, root, need, out)
+    scope = find_scope(view, request, need, f"{request.unit_name} fit")
+    unconstrained = request.required is None and request.preferred is None
+    if unconstrained and request.slice is None:
+        node = best_fit_node(view, scope, need)
+        if node is not None:
+            out[node.name] = need
         else:
-            fill_units(view, root, need, out)  # more free slices first, then tighter fit
-        return out
-    scope = find_scope(view, request, need, what)
-    fill_units(view, scope, need, out)
+            fill_smallest_gaps(view, scope, need, out)
+    else:
+        # with slices, unconstrained too: more free slices first, then the tighter fit
+        fill_units(view, scope, need, out)
     return out
 
 
@@ -332,13 +332,7 @@ def place_spread(view: CapacityView, request: Request) -> Assignment:
         return counted[id(domain)]
 
     need = request.units
-    what = f"slices fit one per {spread_level}"
-    if request.required is None and request.preferred is None:
-        if groups_in(index.root) < need:
-            raise Refusal(f"only {groups_in(index.root)} of {need} {what}")
-        scope = index.root
-    else:
-        scope = find_scope(view, request, need, what, groups_in)
+    scope = find_scope(view, request, need, f"slices fit one per {spread_level}", groups_in)
     hosts = [d for d in domains_under(index, scope, spread_depth) if view.gpus(d) >= group]
     hosts.sort(key=smallest_gap_first(view.gpus))
     out: Assignment = {}
@@ -385,7 +379,7 @@ def _with_exclusions(reason: str, excluded: dict[str, int]) -> str:
 
 
 def describe(index: PlacementIndex, assignment: Assignment, excluded: dict[str, int]) -> Placement:
-    paths = sorted(index.nodes[name].path for name, gpus in assignment.items() if gpus)
+    paths = sorted(index.node_domains[name].path for name, gpus in assignment.items() if gpus)
     ordered = {path[-1]: assignment[path[-1]] for path in paths}
     domains: dict[str, tuple[str, ...]] = {}
     for position, level in enumerate(index.levels):

@@ -38,6 +38,8 @@ class PlacementIndex:
 
     Depth 0 is the whole topology (the root); depth i is `levels[i - 1]`; the last level holds
     single nodes. Children are kept sorted by name, so ties resolve by path, never input order.
+    Not thread-safe: `place` with per-node filters withholds GPUs for its own duration, so
+    give each worker its own index.
     """
 
     def __init__(self, levels: Sequence[str], nodes: Iterable[Node]) -> None:
@@ -47,7 +49,7 @@ class PlacementIndex:
         if len(set(self.levels)) != len(self.levels):
             raise InvalidInput("levels", "must not repeat a level")
         self.root = Domain("", 0, (), None)
-        self.nodes: dict[str, Domain] = {}
+        self.node_domains: dict[str, Domain] = {}
         self.free_gpus_by_node: dict[str, int] = {}
         self.by_depth: list[list[Domain]] = [[self.root]] + [[] for _ in self.levels]
         nodes = list(nodes)
@@ -57,10 +59,10 @@ class PlacementIndex:
         self._switch_domains: dict[tuple[str, ...], Domain] = {}
         for position, node in enumerate(nodes):
             self._add_node(position, node)
-        self._sort(self.root)
+        self._sort_by_path()
 
     def _add_node(self, position: int, node: Node) -> None:
-        if node.name in self.nodes:
+        if node.name in self.node_domains:
             raise InvalidInput(f"nodes[{position}].name", f"duplicate node {node.name!r}")
         parent = self.root
         for level in self.levels[:-1]:
@@ -72,7 +74,7 @@ class PlacementIndex:
         leaf.node = node
         parent.children.append(leaf)
         self.by_depth[leaf.depth].append(leaf)
-        self.nodes[node.name] = leaf
+        self.node_domains[node.name] = leaf
         self.free_gpus_by_node[node.name] = node.free_gpus
         self.node_classes[(node.gpu_model, node.state, node.healthy)] += 1
         if is_schedulable(node):
@@ -87,7 +89,7 @@ class PlacementIndex:
             self.by_depth[child.depth].append(child)
         return child
 
-    def _sort(self, root: Domain) -> None:
+    def _sort_by_path(self) -> None:
         for domains in self.by_depth:
             domains.sort(key=lambda domain: domain.path)
             for domain in domains:
@@ -141,12 +143,12 @@ class PlacementIndex:
 
     def _check(self, assignment: Mapping[str, int], taking: bool) -> None:
         for name, gpus in assignment.items():
-            if name not in self.nodes:
+            if name not in self.node_domains:
                 raise InvalidInput(f"assignment.{name}", "unknown node")
             if gpus < 0:
                 raise InvalidInput(f"assignment.{name}", "must not be negative")
             free = self.free_gpus_by_node[name]
-            node = self.nodes[name].node
+            node = self.node_domains[name].node
             assert node is not None
             if taking and gpus > free:
                 raise InvalidInput(f"assignment.{name}", f"takes {gpus} GPUs, {free} free")
@@ -154,7 +156,7 @@ class PlacementIndex:
                 raise InvalidInput(f"assignment.{name}", "releases more GPUs than the node has")
 
     def _set_free(self, name: str, new_free: int) -> None:
-        leaf = self.nodes[name]
+        leaf = self.node_domains[name]
         node = leaf.node
         assert node is not None
         old_free = self.free_gpus_by_node[name]

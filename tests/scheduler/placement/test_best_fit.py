@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from scheduler.placement import Request, Slice, place_gang
+from scheduler.placement import InvalidInput, Node, Request, Slice, place_gang
 from tests.scheduler.placement.topologies import LEVELS, TOPOLOGY_A, TOPOLOGY_B, nodes_from
 
 
@@ -196,3 +196,39 @@ def test_level_names_are_free_and_two_levels_work():
     assert reason_of(nodes, Request(13, required="block"), levels=("block", "rack")) == (
         "only 12 of 13 GPUs fit within one block"
     )
+
+
+def test_a_single_level_topology_is_just_nodes():
+    nodes = [Node("a", {}, 4), Node("b", {}, 8)]
+    assert dict(place_gang(["node"], nodes, Request(6, required="node")).assignment) == {"b": 6}
+    placement = place_gang(["node"], nodes, Request(10))
+    assert dict(placement.assignment) == {"a": 4, "b": 6}
+    assert placement.max_hops == 2
+
+
+def test_placement_json_carries_exactly_the_contract_keys():
+    placed = place_gang(LEVELS, TOPOLOGY_A, Request(3, required="node")).to_json()
+    assert placed == {"placed": True, "assignment": {"n3": 3},
+                      "domains": {"spine": ["s1"], "leaf": ["l2"], "node": ["n3"]},
+                      "max_hops": 0}
+    refused = place_gang(LEVELS, TOPOLOGY_A, Request(9, required="node")).to_json()
+    assert refused == {"placed": False, "reason": "only 8 of 9 GPUs fit within one node"}
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: Node("a", {}, -1), "free_gpus"),
+        (lambda: Node("", {}, 1), "name"),
+        (lambda: Node("a", {}, 1, state="asleep"), "state"),
+        (lambda: Node("a", {}, 4, total_gpus=2), "total_gpus"),
+        (lambda: Request(0), "request.gpus"),
+        (lambda: Request(12, slice=Slice(8, "node")), "request.slice.size"),
+        (lambda: Request(8, slice=Slice(0, "node")), "request.slice.size"),
+        (lambda: Request(8, min_cpu_milli_per_gpu=-1), "request.min_cpu_milli_per_gpu"),
+    ],
+)
+def test_malformed_plain_data_names_the_field(make, field):
+    with pytest.raises(InvalidInput) as error:
+        make()
+    assert error.value.field == field

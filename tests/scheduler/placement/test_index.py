@@ -15,11 +15,11 @@ def test_place_changes_nothing_until_committed():
 
 def test_committed_gpus_are_not_offered_again_and_release_gives_them_back():
     index = PlacementIndex(LEVELS, TOPOLOGY_A)
-    taken = [index.place(Request(8)).assignment for _ in range(1)]
-    index.commit(taken[0])
+    taken = index.place(Request(8)).assignment
+    index.commit(taken)
     assert dict(index.place(Request(8)).assignment) == {"n2": 8}
     assert index.free_gpus("n1") == 0
-    index.release(taken[0])
+    index.release(taken)
     assert dict(index.place(Request(8)).assignment) == {"n1": 8}
 
 

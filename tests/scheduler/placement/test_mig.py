@@ -64,7 +64,7 @@ def test_each_profile_can_start_only_at_its_legal_starts(model):
         for start in range(8):
             occupied = [MigInstance(name, start)]
             if start in starts:
-                place_mig(model, occupied, [])
+                assert place_mig(model, occupied, []).placed
             else:
                 with pytest.raises(InvalidInput) as error:
                     place_mig(model, occupied, [])

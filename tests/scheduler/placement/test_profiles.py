@@ -16,8 +16,8 @@ from tests.scheduler.placement.topologies import LEVELS, TOPOLOGY_A
         # groups of 8, one per leaf: leaves with 8 free are l4 (8), l1 (16), l3 (16);
         # the tightest two are l4 and l1, and inside l1 the tightest node n1
         (Request(16, slice=Slice(8, "leaf")), {"n1": 8, "n8": 8}),
-        # groups of 2 GPUs, one per node, within one spine: s1 has three nodes with 2 free
-        # (n1, n2, n4, n3 qualify; s1 is tighter), the tightest three are n4, n3, n1
+        # groups of 2 GPUs, one per node, within one spine: both spines have four nodes with
+        # 2 free; s1 is the tighter (22 GPUs against 24); its tightest three: n4, n3, n1
         (Request(6, required="spine", slice=Slice(2, "node")), {"n1": 2, "n3": 2, "n4": 2}),
     ],
 )

@@ -42,7 +42,7 @@ def requests(draw, required=LEVEL_OR_NONE, sliced=ANY_SLICING):
 PROFILES = st.sampled_from(["best_fit", "least_free", "spread"])
 
 
-def place_or_skip(nodes, request, profile):
+def place_or_discard(nodes, request, profile):
     try:
         return place_gang(LEVELS, nodes, request, profile)
     except InvalidInput:
@@ -56,7 +56,7 @@ def path_of(node):
 @FEW
 @given(topologies(), requests(), PROFILES)
 def test_placement_is_all_or_nothing_and_never_exceeds_free_gpus(nodes, request, profile):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     free = {n.name: n.free_gpus for n in nodes}
     if placement.placed:
         assert sum(placement.assignment.values()) == request.gpus
@@ -69,7 +69,7 @@ def test_placement_is_all_or_nothing_and_never_exceeds_free_gpus(nodes, request,
 @FEW
 @given(topologies(), requests(required=st.sampled_from(LEVELS)), PROFILES)
 def test_required_level_contains_the_whole_placement(nodes, request, profile):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     if placement.placed:
         assert len(placement.domains[request.required]) == 1
     else:
@@ -79,7 +79,7 @@ def test_required_level_contains_the_whole_placement(nodes, request, profile):
 @FEW
 @given(topologies(), requests(sliced=st.just(True)), PROFILES)
 def test_every_slice_lies_inside_one_domain_of_its_level(nodes, request, profile):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     if not placement.placed:
         assert " slices fit" in placement.reason
         return
@@ -114,7 +114,7 @@ def test_best_fit_places_exactly_when_some_domain_holds_the_request(nodes, gpus,
 @FEW
 @given(topologies(), requests(), PROFILES, st.randoms(use_true_random=False))
 def test_shuffled_input_gives_the_same_answer(nodes, request, profile, rng):
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     shuffled = list(nodes)
     rng.shuffle(shuffled)
     assert place_gang(LEVELS, shuffled, request, profile) == placement
@@ -124,7 +124,7 @@ def test_shuffled_input_gives_the_same_answer(nodes, request, profile, rng):
 @given(topologies(), requests(), PROFILES)
 def test_a_per_node_filter_that_limits_nothing_changes_nothing(nodes, request, profile):
     # min CPU per GPU on nodes that report no CPU limits nothing, but runs the per-node pass
-    placement = place_or_skip(nodes, request, profile)
+    placement = place_or_discard(nodes, request, profile)
     filtered = place_gang(LEVELS, nodes, replace(request, min_cpu_milli_per_gpu=1), profile)
     assert filtered == placement
 
@@ -168,3 +168,34 @@ def test_commits_and_releases_leave_the_index_as_a_fresh_build(nodes, batch, see
         except InvalidInput:
             continue
         assert index.place(request) == expected
+
+
+def free_by_domain(nodes, level):
+    depth = LEVELS.index(level)
+    totals: dict[tuple, int] = {}
+    for node in nodes:
+        domain = path_of(node)[: depth + 1]
+        totals[domain] = totals.get(domain, 0) + node.free_gpus
+    return totals
+
+
+@FEW
+@given(topologies(), st.integers(1, 16), st.sampled_from(LEVELS))
+def test_best_fit_uses_the_tightest_domain_that_holds_the_request(nodes, gpus, level):
+    placement = place_gang(LEVELS, nodes, Request(gpus, required=level))
+    assume(placement.placed)
+    totals = free_by_domain(nodes, level)
+    by_name = {n.name: n for n in nodes}
+    chosen = path_of(by_name[next(iter(placement.assignment))])[: LEVELS.index(level) + 1]
+    assert totals[chosen] == min(free for free in totals.values() if free >= gpus)
+
+
+@FEW
+@given(topologies(), st.integers(1, 8))
+def test_unconstrained_request_that_fits_one_node_takes_the_tightest_node(nodes, gpus):
+    fitting = [n.free_gpus for n in nodes if n.free_gpus >= gpus]
+    assume(fitting)
+    placement = place_gang(LEVELS, nodes, Request(gpus))
+    [(name, taken)] = placement.assignment.items()
+    assert taken == gpus
+    assert next(n for n in nodes if n.name == name).free_gpus == min(fitting)

@@ -1,0 +1,88 @@
+from django.contrib import admin, messages
+
+from pool import services
+from pool.models import Binding, Gpu, GpuModel, HealthEvent, Node, NodeStateChange, Pool
+
+
+@admin.register(GpuModel)
+class GpuModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "architecture", "memory_mib", "bf16_tflops", "mig_capable"]
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    fields = ["index", "uuid", "gpu_model", "memory_mib", "health"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+class StateChangeInline(admin.TabularInline):
+    model = NodeStateChange
+    fields = ["at", "from_state", "to_state", "actor", "reason"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["hostname", "provider", "fabric", "gpu_model", "state", "health",
+                    "last_heartbeat_at"]
+    list_filter = ["state", "health", "gpu_model", "fabric", "provider"]
+    search_fields = ["hostname", "provider__slug"]
+    list_select_related = ["provider", "fabric", "gpu_model"]
+    readonly_fields = ["state", "health", "last_heartbeat_at", "healthy_since", "token_prefix",
+                       "token_hash", "state_changed_at", "created_at"]
+    inlines = [GpuInline, StateChangeInline]
+    actions = ["drain", "take_offline", "retire"]
+
+    def _change(self, request, queryset, to_state, reason):
+        for node in queryset:
+            try:
+                services.change_node_state(node=node, to_state=to_state,
+                                           actor=request.user.username, reason=reason)
+            except services.NodeTransitionError as exc:
+                self.message_user(request, f"{node}: {exc}", messages.WARNING)
+
+    @admin.action(description="Drain selected nodes (take no new leases)")
+    def drain(self, request, queryset):
+        self._change(request, queryset, Node.State.DRAINING, "drained by an operator")
+
+    @admin.action(description="Take selected nodes offline")
+    def take_offline(self, request, queryset):
+        self._change(request, queryset, Node.State.OFFLINE, "taken offline by an operator")
+
+    @admin.action(description="Retire selected nodes")
+    def retire(self, request, queryset):
+        self._change(request, queryset, Node.State.RETIRED, "retired by an operator")
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "gpu_model", "memory_mib", "health", "health_changed_at"]
+    list_filter = ["health", "gpu_model"]
+    search_fields = ["node__hostname", "uuid"]
+    list_select_related = ["node", "gpu_model"]
+
+
+@admin.register(HealthEvent)
+class HealthEventAdmin(admin.ModelAdmin):
+    list_display = ["at", "node", "gpu", "kind", "from_value", "to_value", "detail"]
+    list_filter = ["kind"]
+    search_fields = ["node__hostname"]
+    list_select_related = ["node", "gpu"]
+
+
+@admin.register(Binding)
+class BindingAdmin(admin.ModelAdmin):
+    list_display = ["lease_ref", "node", "gpu_indexes", "serve", "acknowledged_at", "stopped_at"]
+    list_filter = ["serve"]
+    search_fields = ["lease_ref", "node__hostname"]
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "owner", "created_at"]
+    list_filter = ["kind"]
+    filter_horizontal = ["nodes"]

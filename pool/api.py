@@ -1,0 +1,297 @@
+"""REST API for the pool: nodes (providers), heartbeats (node agents), GPUs, GPU models."""
+
+import django_filters
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ibex.accounts.api import StrictSerializer
+from ibex.accounts.permissions import ReadOrProvide, organization_of
+from ibex.api.errors import ApiError
+from pool import services
+from pool.models import Gpu, GpuModel, Node
+
+MAX_BULK_NODES = 1000
+
+
+# --- serializers ------------------------------------------------------------------------------
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuModel
+        fields = ["name", "vendor", "architecture", "memory_mib", "bf16_tflops", "mig_capable",
+                  "mig_profiles"]
+
+
+class NodeGpuSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.CharField(source="gpu_model.name")
+
+    class Meta:
+        model = Gpu
+        fields = ["id", "index", "uuid", "gpu_model", "memory_mib", "mig_capable",
+                  "nvlink_domain", "health"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    fabric = serializers.CharField(source="fabric.name")
+    gpu_model = serializers.CharField(source="gpu_model.name")
+    gpus = NodeGpuSerializer(many=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "hostname", "fabric", "gpu_model", "cpu_cores", "memory_gib", "os",
+                  "driver_version", "state", "health", "heartbeat_interval_s",
+                  "last_heartbeat_at", "created_at", "gpus"]
+
+
+class RegisteredNodeSerializer(NodeSerializer):
+    token = serializers.CharField(help_text="the node agent's token, shown only once")
+
+    class Meta(NodeSerializer.Meta):
+        fields = [*NodeSerializer.Meta.fields, "token"]
+
+
+class GpuDescriptionSerializer(StrictSerializer):
+    index = serializers.IntegerField(min_value=0, max_value=63)
+    uuid = serializers.CharField(max_length=80, required=False, default="")
+    memory_mib = serializers.IntegerField(min_value=1, max_value=4_000_000, required=False)
+    nvlink_domain = serializers.CharField(max_length=80, required=False, default="")
+
+
+class NodeCreateSerializer(StrictSerializer):
+    hostname = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+    fabric = serializers.CharField(max_length=100, help_text="the fabric's id or name")
+    gpu_model = serializers.CharField(max_length=40)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=64)
+    cpu_cores = serializers.IntegerField(min_value=1, max_value=4096)
+    memory_gib = serializers.IntegerField(min_value=1, max_value=1_048_576)
+    os = serializers.CharField(max_length=100, required=False, default="")
+    driver_version = serializers.CharField(max_length=50, required=False, default="")
+    gpus = GpuDescriptionSerializer(many=True, required=False, default=list)
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        indexes = [g["index"] for g in attrs["gpus"]]
+        if len(set(indexes)) != len(indexes) or any(i >= attrs["gpu_count"] for i in indexes):
+            raise serializers.ValidationError(
+                {"gpus": ["GPU indexes must be distinct and below gpu_count."]})
+        return attrs
+
+    def to_spec(self) -> services.NodeSpec:
+        data = dict(self.validated_data)
+        data["gpus"] = tuple(data["gpus"])
+        return services.NodeSpec(**data)
+
+
+class BulkNodeCreateSerializer(StrictSerializer):
+    nodes = NodeCreateSerializer(many=True, allow_empty=False, max_length=MAX_BULK_NODES)
+
+
+class BulkRegisteredSerializer(serializers.Serializer):
+    nodes = RegisteredNodeSerializer(many=True)
+
+
+class TokenSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    token = serializers.CharField()
+
+
+class GpuReportSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=63)
+    temperature_c = serializers.IntegerField(min_value=-50, max_value=200, default=0)
+    utilization_pct = serializers.IntegerField(min_value=0, max_value=100, default=0)
+    memory_used_mib = serializers.IntegerField(min_value=0, default=0)
+    ecc_errors = serializers.IntegerField(min_value=0, default=0)
+    xid_errors = serializers.IntegerField(min_value=0, default=0)
+
+
+class IbPortReportSerializer(serializers.Serializer):
+    port = serializers.IntegerField(min_value=0, max_value=255)
+    state = serializers.CharField(max_length=20)
+    rate_gbps = serializers.FloatField(min_value=0, required=False)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    gpus = GpuReportSerializer(many=True, max_length=64)
+    ib_ports = IbPortReportSerializer(many=True, required=False, default=list, max_length=64)
+    serving = serializers.ListField(child=serializers.CharField(max_length=64), required=False,
+                                    default=list, max_length=256)
+
+
+class HeartbeatAnswerSerializer(serializers.Serializer):
+    interval_s = serializers.IntegerField()
+    node_state = serializers.CharField()
+    actions = serializers.ListField(child=serializers.DictField())
+
+
+class OfferedGpuSerializer(serializers.ModelSerializer):
+    """What a tenant sees of a GPU: no host name, no GUID."""
+
+    gpu_model = serializers.CharField(source="gpu_model.name")
+    fabric = serializers.IntegerField(source="node.fabric_id")
+    leaf = serializers.CharField(source="node.host.leaf")
+
+    class Meta:
+        model = Gpu
+        fields = ["id", "gpu_model", "memory_mib", "mig_capable", "health", "fabric", "leaf"]
+
+
+class ProviderGpuSerializer(OfferedGpuSerializer):
+    hostname = serializers.CharField(source="node.hostname")
+    node = serializers.IntegerField(source="node.id")
+    node_state = serializers.CharField(source="node.state")
+
+    class Meta(OfferedGpuSerializer.Meta):
+        fields = [*OfferedGpuSerializer.Meta.fields, "node", "hostname", "index", "uuid",
+                  "node_state"]
+
+
+# --- views --------------------------------------------------------------------------------------
+
+
+def _registration_error(exc: services.RegistrationError):
+    if exc.code == "node_exists":
+        return ApiError(exc.message, code="node_exists", status_code=status.HTTP_409_CONFLICT)
+    if exc.code == "forbidden":
+        return PermissionDenied(exc.message)
+    return serializers.ValidationError({exc.field: [exc.message]})
+
+
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = NodeSerializer
+    permission_classes = [ReadOrProvide]
+    filterset_fields = ["hostname", "state", "health"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Node.objects.none()
+        org = organization_of(self.request)
+        nodes = Node.objects.select_related("fabric", "gpu_model").prefetch_related(
+            Prefetch("gpus", queryset=Gpu.objects.select_related("gpu_model")))
+        return nodes if org.is_operator else nodes.filter(provider=org)
+
+    def _register(self, specs):
+        try:
+            registered = services.register_nodes(provider=organization_of(self.request),
+                                                 specs=specs)
+        except services.RegistrationError as exc:
+            raise _registration_error(exc) from None
+        return [{**NodeSerializer(r.node).data, "token": r.token} for r in registered]
+
+    @extend_schema(request=NodeCreateSerializer, responses={201: RegisteredNodeSerializer},
+                   summary="Register a node on one of your fabric's hosts")
+    def create(self, request):
+        form = NodeCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        return Response(self._register([form.to_spec()])[0], status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=BulkNodeCreateSerializer, responses={201: BulkRegisteredSerializer},
+                   summary="Register up to 1,000 nodes at once, all or nothing")
+    @action(detail=False, methods=["post"])
+    def bulk(self, request):
+        form = BulkNodeCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        specs = [NodeCreateSerializer(data=item) for item in request.data["nodes"]]
+        for spec in specs:
+            spec.is_valid(raise_exception=True)
+        return Response({"nodes": self._register([s.to_spec() for s in specs])},
+                        status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=NodeSerializer, summary="Drain: take no new leases")
+    @action(detail=True, methods=["post"])
+    def drain(self, request, pk=None):
+        node = self.get_object()
+        try:
+            services.drain_node(node=node, actor=request.user.get_username())
+        except services.NodeTransitionError as exc:
+            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=None, responses=TokenSerializer,
+                   summary="Issue a new agent token (the old one stops working)")
+    @action(detail=True, methods=["post"], url_path="rotate-token")
+    def rotate_token(self, request, pk=None):
+        node = self.get_object()
+        return Response({"id": node.pk, "token": services.rotate_node_token(node=node)})
+
+
+class HeartbeatView(APIView):
+    """A node agent's heartbeat: authenticated by the node's own token, not an API key."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes: list = []
+
+    @extend_schema(request=HeartbeatSerializer, responses=HeartbeatAnswerSerializer,
+                   summary="Heartbeat from a node agent (Authorization: Node <token>)")
+    def post(self, request, pk: int):
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Node "):
+            raise AuthenticationFailed("Send the node's token as 'Authorization: Node <token>'.")
+        try:
+            node = services.authenticate_node(pk, header[5:].strip())
+        except services.TokenRefused as exc:
+            raise AuthenticationFailed(str(exc)) from None
+        form = HeartbeatSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        answer = services.record_heartbeat(node=node, **form.validated_data)
+        return Response({"interval_s": answer.interval_s, "node_state": answer.node_state,
+                         "actions": answer.actions})
+
+    def get_authenticate_header(self, request):
+        return "Node"
+
+
+class GpuFilter(django_filters.FilterSet):
+    model = django_filters.CharFilter(field_name="gpu_model__name")
+    health = django_filters.ChoiceFilter(choices=Gpu.Health.choices)
+    state = django_filters.ChoiceFilter(field_name="node__state", choices=Node.State.choices)
+    fabric = django_filters.CharFilter(field_name="node__fabric__name")
+    leaf = django_filters.CharFilter(field_name="node__host__leaf")
+
+    class Meta:
+        model = Gpu
+        fields = ["model", "health", "state", "fabric", "leaf"]
+
+
+class GpuViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Providers see their GPUs; operators all; tenants the offered ones, without host names."""
+
+    permission_classes = [ReadOrProvide]
+    filterset_class = GpuFilter
+
+    def _org(self):
+        return organization_of(self.request)
+
+    def get_serializer_class(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ProviderGpuSerializer
+        org = self._org()
+        return ProviderGpuSerializer if (org.is_provider or org.is_operator) else OfferedGpuSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Gpu.objects.none()
+        org = self._org()
+        if org.is_operator:
+            gpus = Gpu.objects.all()
+        elif org.is_provider:
+            gpus = Gpu.objects.filter(node__provider=org)
+        else:
+            gpus = services.offered_gpus()
+        return gpus.select_related("gpu_model", "node", "node__host")
+
+
+class GpuModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = GpuModelSerializer
+    queryset = GpuModel.objects.all()
+    permission_classes = [AllowAny]
+    lookup_field = "name"
+    lookup_value_regex = "[A-Za-z0-9.-]+"
+    pagination_class = None

@@ -1,0 +1,366 @@
+"""Every change to the pool goes through here: registering nodes, their state machine,
+heartbeats and health, bindings the scheduler asks nodes to serve, and provider burn-in."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection, transaction
+from django.utils import timezone
+
+from fabric.models import Fabric, Host
+from ibex.accounts import services as accounts
+from ibex.accounts.models import Organization, ProviderProfile
+from pool.models import Binding, Gpu, GpuModel, HealthEvent, Node, NodeStateChange
+
+TOKEN_PREFIX = "ibexnode"
+UNREACHABLE_AFTER_INTERVALS = 3
+HOT_TEMPERATURE_C = 90
+METRICS_KEY = "pool:metrics:{node_id}"
+
+
+class RegistrationError(Exception):
+    """A node that cannot be registered; `field` names what is wrong, `code` how to answer."""
+
+    def __init__(self, field: str, message: str, code: str = "invalid"):
+        super().__init__(message)
+        self.field, self.message, self.code = field, message, code
+
+
+class NodeTransitionError(Exception):
+    pass
+
+
+class TokenRefused(Exception):
+    pass
+
+
+def _hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _new_token() -> tuple[str, str, str]:
+    prefix = secrets.token_hex(6)
+    raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    return raw, prefix, _hash(raw)
+
+
+# --- registration ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegisteredNode:
+    node: Node
+    token: str  # shown once
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    hostname: str
+    fabric: str
+    gpu_model: str
+    gpu_count: int
+    cpu_cores: int
+    memory_gib: int
+    os: str = ""
+    driver_version: str = ""
+    gpus: tuple[dict, ...] = ()  # optional: index, uuid, memory_mib, nvlink_domain
+
+
+def _fabric_of(provider: Organization, reference: str | int) -> Fabric:
+    fabrics = Fabric.objects.filter(owner=provider)
+    found = (fabrics.filter(pk=int(reference)) if str(reference).isdigit() else
+             fabrics.filter(name=reference)).first()
+    if found is None:
+        raise RegistrationError("fabric", f"you have no fabric {reference!r}")
+    return found
+
+
+@transaction.atomic
+def register_nodes(*, provider: Organization, specs: list[NodeSpec]) -> list[RegisteredNode]:
+    """Register nodes all-or-nothing; errors name the item (`nodes.3.hostname`)."""
+    if not provider.is_provider:
+        raise RegistrationError("non_field_errors", "only providers register nodes", "forbidden")
+    models = {m.name: m for m in GpuModel.objects.all()}
+    fabrics: dict[str, Fabric] = {}
+    hosts: dict[tuple[int, str], Host] = {}
+    for position, spec in enumerate(specs):
+        where = f"nodes.{position}." if len(specs) > 1 else ""
+        try:
+            fabric = fabrics.get(str(spec.fabric)) or _fabric_of(provider, spec.fabric)
+        except RegistrationError as exc:
+            raise RegistrationError(where + exc.field, exc.message) from None
+        fabrics[str(spec.fabric)] = fabric
+        if spec.gpu_model not in models:
+            raise RegistrationError(where + "gpu_model", f"unknown GPU model {spec.gpu_model!r}")
+    for host in Host.objects.filter(fabric__in=list(fabrics.values()),
+                                    name__in=[s.hostname for s in specs]):
+        hosts[(host.fabric_id, host.name)] = host
+    taken = set(
+        Node.objects.filter(host__in=list(hosts.values())).exclude(state=Node.State.RETIRED)
+        .values_list("host__fabric_id", "hostname")
+    )
+    seen: set[tuple[int, str]] = set()
+    for position, spec in enumerate(specs):
+        where = f"nodes.{position}." if len(specs) > 1 else ""
+        key = (fabrics[str(spec.fabric)].id, spec.hostname)
+        if key not in hosts:
+            raise RegistrationError(where + "hostname",
+                                    f"{spec.hostname!r} is not a host of fabric {spec.fabric!r}")
+        if key in taken or key in seen:
+            node_id = Node.objects.filter(host=hosts[key]).exclude(state="retired").values_list(
+                "id", flat=True).first()
+            raise RegistrationError(where + "hostname",
+                                    f"{spec.hostname} is already registered as node {node_id}",
+                                    "node_exists")
+        seen.add(key)
+    return _create_nodes(provider, specs, fabrics, hosts, models)
+
+
+def _create_nodes(provider, specs, fabrics, hosts, models) -> list[RegisteredNode]:
+    nodes, tokens = [], []
+    for spec in specs:
+        raw, prefix, digest = _new_token()
+        tokens.append(raw)
+        fabric = fabrics[str(spec.fabric)]
+        nodes.append(Node(
+            provider=provider, fabric=fabric, host=hosts[(fabric.id, spec.hostname)],
+            hostname=spec.hostname, gpu_model=models[spec.gpu_model], cpu_cores=spec.cpu_cores,
+            memory_gib=spec.memory_gib, os=spec.os, driver_version=spec.driver_version,
+            heartbeat_interval_s=settings.NODE_HEARTBEAT_INTERVAL_S,
+            token_prefix=prefix, token_hash=digest,
+        ))
+    Node.objects.bulk_create(nodes, batch_size=2000)
+    gpus, changes = [], []
+    for node, spec in zip(nodes, specs, strict=True):
+        model = models[spec.gpu_model]
+        described = {g["index"]: g for g in spec.gpus}
+        for index in range(spec.gpu_count):
+            detail = described.get(index, {})
+            gpus.append(Gpu(
+                node=node, index=index, gpu_model=model, uuid=detail.get("uuid", ""),
+                memory_mib=detail.get("memory_mib") or model.memory_mib,
+                mig_capable=model.mig_capable, nvlink_domain=detail.get("nvlink_domain", ""),
+            ))
+        changes.append(NodeStateChange(node=node, from_state="", to_state=node.state,
+                                       actor=provider.slug, reason="registered"))
+    Gpu.objects.bulk_create(gpus, batch_size=5000)
+    NodeStateChange.objects.bulk_create(changes, batch_size=5000)
+    return [RegisteredNode(node=n, token=t) for n, t in zip(nodes, tokens, strict=True)]
+
+
+@transaction.atomic
+def rotate_node_token(*, node: Node) -> str:
+    raw, prefix, digest = _new_token()
+    Node.objects.filter(pk=node.pk).update(token_prefix=prefix, token_hash=digest)
+    return raw
+
+
+# --- the node state machine -------------------------------------------------------------------
+
+S = Node.State
+NODE_TRANSITIONS = {
+    S.REGISTERING: {S.ACTIVE, S.RETIRED},
+    S.ACTIVE: {S.DRAINING, S.OFFLINE},
+    S.DRAINING: {S.ACTIVE, S.OFFLINE, S.RETIRED},
+    S.OFFLINE: {S.ACTIVE, S.RETIRED},
+    S.RETIRED: set(),
+}
+
+
+@transaction.atomic
+def change_node_state(*, node: Node, to_state: str, actor: str, reason: str) -> Node:
+    """The one way a node's state changes: re-checked under the row lock, with history."""
+    locked = Node.objects.select_for_update().get(pk=node.pk)
+    if to_state not in NODE_TRANSITIONS[locked.state]:
+        raise NodeTransitionError(f"a {locked.state} node cannot become {to_state}")
+    NodeStateChange.objects.create(node=locked, from_state=locked.state, to_state=to_state,
+                                   actor=actor, reason=reason)
+    locked.state = to_state
+    locked.state_changed_at = timezone.now()
+    locked.save(update_fields=["state", "state_changed_at"])
+    return locked
+
+
+def drain_node(*, node: Node, actor: str, reason: str = "drained") -> Node:
+    return change_node_state(node=node, to_state=S.DRAINING, actor=actor, reason=reason)
+
+
+# --- heartbeats and health --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    interval_s: int
+    node_state: str
+    actions: list[dict]
+
+
+def authenticate_node(node_id: int, raw_token: str) -> Node:
+    parts = raw_token.split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
+        raise TokenRefused("malformed node token")
+    node = Node.objects.filter(pk=node_id, token_prefix=parts[1]).first()
+    if node is None or not hmac.compare_digest(node.token_hash, _hash(raw_token)):
+        raise TokenRefused("unknown or revoked node token")
+    if node.state == S.RETIRED:
+        raise TokenRefused("this node is retired")
+    return node
+
+
+def gpu_health_from(report: dict) -> tuple[str, str]:
+    """A GPU's health from one heartbeat's counters, and why."""
+    if report.get("ecc_errors", 0) > 0:
+        return Gpu.Health.FAILED, f"{report['ecc_errors']} uncorrectable ECC error(s)"
+    if report.get("xid_errors", 0) > 0:
+        return Gpu.Health.DEGRADED, f"{report['xid_errors']} XID error(s)"
+    if report.get("temperature_c", 0) >= HOT_TEMPERATURE_C:
+        return Gpu.Health.DEGRADED, f"temperature {report['temperature_c']} °C"
+    return Gpu.Health.OK, "counters clean"
+
+
+@transaction.atomic
+def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
+                     serving: list[str], now: datetime | None = None) -> HeartbeatAnswer:
+    """Take one heartbeat, writing only what changed (metrics go to the cache)."""
+    now = now or timezone.now()
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    if node.state == S.REGISTERING:
+        node = change_node_state(node=node, to_state=S.ACTIVE, actor="agent",
+                                 reason="first heartbeat")
+    all_ok = _update_gpu_health(node, gpus)
+    updates = {"last_heartbeat_at": now}
+    if node.health == Node.Health.UNREACHABLE:
+        updates["health"] = Node.Health.REACHABLE
+        HealthEvent.objects.create(node=node, kind=HealthEvent.Kind.NODE_REACHABLE,
+                                   from_value="unreachable", to_value="reachable",
+                                   detail="heartbeat received")
+    if all_ok and node.healthy_since is None:
+        updates["healthy_since"] = now
+    elif not all_ok and node.healthy_since is not None:
+        updates["healthy_since"] = None
+    Node.objects.filter(pk=node.pk).update(**updates)
+    cache.set(METRICS_KEY.format(node_id=node.pk),
+              {"at": now.isoformat(), "gpus": gpus, "ib_ports": ib_ports}, timeout=3600)
+    actions = _reconcile_bindings(node, set(serving), now)
+    return HeartbeatAnswer(interval_s=node.heartbeat_interval_s, node_state=node.state,
+                           actions=actions)
+
+
+def _update_gpu_health(node: Node, reports: list[dict]) -> bool:
+    by_index = {r["index"]: r for r in reports}
+    all_ok = True
+    for gpu in Gpu.objects.filter(node=node).only("id", "index", "health"):
+        report = by_index.get(gpu.index)
+        if report is None:
+            all_ok = all_ok and gpu.health == Gpu.Health.OK
+            continue
+        health, why = gpu_health_from(report)
+        all_ok = all_ok and health == Gpu.Health.OK
+        if health != gpu.health:
+            Gpu.objects.filter(pk=gpu.pk).update(health=health, health_changed_at=timezone.now())
+            HealthEvent.objects.create(node=node, gpu=gpu, kind=HealthEvent.Kind.GPU_HEALTH,
+                                       from_value=gpu.health, to_value=health, detail=why)
+    return all_ok
+
+
+def _reconcile_bindings(node: Node, serving: set[str], now: datetime) -> list[dict]:
+    actions = []
+    wanted: set[str] = set()
+    for binding in Binding.objects.filter(node=node, stopped_at__isnull=True):
+        if binding.serve:
+            wanted.add(binding.lease_ref)
+            if binding.lease_ref in serving:
+                if binding.acknowledged_at is None:
+                    Binding.objects.filter(pk=binding.pk).update(acknowledged_at=now)
+            else:
+                actions.append({"action": "start", "lease": binding.lease_ref,
+                                "gpus": binding.gpu_indexes})
+        elif binding.lease_ref not in serving:
+            Binding.objects.filter(pk=binding.pk).update(stopped_at=now)
+    for lease_ref in sorted(serving - wanted):
+        gpus = Binding.objects.filter(node=node, lease_ref=lease_ref).values_list(
+            "gpu_indexes", flat=True).first() or []
+        actions.append({"action": "stop", "lease": lease_ref, "gpus": gpus})
+    return actions
+
+
+def mark_unreachable_nodes(*, now: datetime | None = None) -> list[int]:
+    """Claim nodes silent for 3 intervals with a conditional UPDATE: safe when beats overlap."""
+    now = now or timezone.now()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE pool_node SET health = 'unreachable', healthy_since = NULL
+            WHERE health = 'reachable' AND state IN ('active', 'draining')
+              AND last_heartbeat_at < %s - make_interval(secs => heartbeat_interval_s * %s)
+            RETURNING id, last_heartbeat_at
+            """,
+            [now, UNREACHABLE_AFTER_INTERVALS],
+        )
+        claimed = cursor.fetchall()
+        HealthEvent.objects.bulk_create([
+            HealthEvent(node_id=node_id, kind=HealthEvent.Kind.NODE_UNREACHABLE,
+                        from_value="reachable", to_value="unreachable",
+                        detail=f"no heartbeat since {last:%Y-%m-%d %H:%M:%S}")
+            for node_id, last in claimed
+        ])
+    return [node_id for node_id, _ in claimed]
+
+
+# --- bindings (called by the scheduler) ---------------------------------------------------------
+
+
+@transaction.atomic
+def bind_lease(*, node: Node, lease_ref: str, gpu_indexes: list[int]) -> Binding:
+    binding, _ = Binding.objects.update_or_create(
+        node=node, lease_ref=lease_ref,
+        defaults={"gpu_indexes": sorted(gpu_indexes), "serve": True, "stopped_at": None},
+    )
+    return binding
+
+
+@transaction.atomic
+def unbind_lease(*, node: Node, lease_ref: str) -> None:
+    Binding.objects.filter(node=node, lease_ref=lease_ref).update(serve=False)
+
+
+# --- provider burn-in ---------------------------------------------------------------------------
+
+
+def verify_burned_in_providers(*, now: datetime | None = None) -> list[str]:
+    """Verify pending providers whose active nodes have all been healthy for the burn-in time."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.PROVIDER_BURN_IN_S)
+    verified = []
+    pending = Organization.objects.filter(provider_profile__state=ProviderProfile.State.PENDING)
+    for provider in pending:
+        nodes = Node.objects.filter(provider=provider, state=S.ACTIVE)
+        if not nodes.exists():
+            continue
+        burned_in = nodes.filter(health=Node.Health.REACHABLE, healthy_since__lte=cutoff)
+        if burned_in.count() != nodes.count():
+            continue
+        try:
+            accounts.change_provider_state(
+                organization=provider, to_state=ProviderProfile.State.VERIFIED, actor="system",
+                reason=f"{nodes.count()} node(s) healthy for {settings.PROVIDER_BURN_IN_S} s",
+            )
+        except accounts.TransitionError:
+            continue  # verified meanwhile by an operator or an overlapping beat
+        verified.append(provider.slug)
+    return verified
+
+
+def offered_gpus():
+    """GPUs a tenant may be offered: verified provider, active reachable node, healthy GPU."""
+    return Gpu.objects.filter(
+        node__provider__provider_profile__state=ProviderProfile.State.VERIFIED,
+        node__state=S.ACTIVE, node__health=Node.Health.REACHABLE, health=Gpu.Health.OK,
+    )
