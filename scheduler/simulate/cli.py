@@ -2,7 +2,7 @@
 
     python -m scheduler.simulate --cluster C.csv --workload J.csv --policy best_fit \
         --mode replay|fill [--fill-to 0.9,1.0,1.3] [--seed 42] [--fabric fat-tree:radix=32] \
-        --out RESULT.json [--plot RESULT.png] [--backfill-depth 100]
+        --out RESULT.json [--plot RESULT.png] [--backfill-depth 100] [--locality pod|relaxed]
     python -m scheduler.simulate convert --trace philly.csv --out jobs.csv
     python -m scheduler.simulate make-cluster --nodes 256 --gpus 8 --gpu-model V100-32GB \
         --out cluster.csv
@@ -23,6 +23,7 @@ from scheduler.simulate.convert import convert_trace
 from scheduler.simulate.engine import DEFAULT_BACKFILL_DEPTH, Replay, fill
 from scheduler.simulate.errors import InputError
 from scheduler.simulate.policies import POLICY_NAMES, make_policy
+from scheduler.simulate.state import LOCALITY_RULES
 from scheduler.simulate.workload import load_workload
 
 BAD_INPUT = 2
@@ -51,6 +52,7 @@ def simulate_parser() -> Parser:
     parser.add_argument("--out", required=True)
     parser.add_argument("--plot")
     parser.add_argument("--backfill-depth", type=int, default=DEFAULT_BACKFILL_DEPTH)
+    parser.add_argument("--locality", choices=LOCALITY_RULES, default="pod")
     return parser
 
 
@@ -132,6 +134,7 @@ def run_simulation(args: argparse.Namespace) -> int:
         "policy": args.policy,
         "seed": args.seed,
         "fabric": args.fabric,
+        "locality_rule": args.locality,
         "inputs": {
             "cluster": {"path": args.cluster, "sha256": sha256_of(args.cluster),
                         "nodes": len(cluster.nodes), "gpus": cluster.total_gpus},
@@ -141,13 +144,15 @@ def run_simulation(args: argparse.Namespace) -> int:
     }
     if args.mode == "replay":
         result["backfill_depth"] = args.backfill_depth
-        replay = Replay(cluster, jobs, policy, backfill_depth=args.backfill_depth).run()
+        replay = Replay(cluster, jobs, policy, backfill_depth=args.backfill_depth,
+                        locality=args.locality).run()
         result.update(replay.results())
         summary = (f"utilization {result['utilization']:.4f}, "
                    f"mean wait {result['wait_s']['mean']:.0f} s")
     else:
         try:
-            levels = fill(cluster, jobs, policy, list(fractions.values()), args.seed)
+            levels = fill(cluster, jobs, policy, list(fractions.values()), args.seed,
+                          args.locality)
         except ValueError as error:
             raise InputError(args.workload, None, str(error)) from None
         result["allocation_ratio"] = {

@@ -2,11 +2,12 @@
 
 Replay is an event loop over arrivals (in submit order) and completions (a heap). After the
 events of one instant, the queue is served FIFO; when its head does not fit, EASY backfill
-lets a later job start if that does not delay the head: the head's reservation (shadow time)
-is the earliest completion after which enough GPUs of its models are free, counting GPUs
-only (true for whole-GPU jobs placed by our policies, which split a job rather than refuse it),
-and a later job may start now if it ends by then, or if it takes only GPUs the head will not
-need at that time. Durations are known exactly (the trace's run times stand for estimates).
+lets a later job start if that does not delay the head. The head's reservation (shadow time)
+is the earliest completion after which it fits, counting GPUs of its models: on one node for
+a job that must sit on one node (that node is then reserved), else anywhere. A later job may
+start now if it ends by then, or if it takes only GPUs the head will not need at that time
+(spare GPUs, or GPUs off the reserved node). CPU and memory are not reserved: a head held
+back only by them may be passed by jobs that take them. Durations are known exactly (the trace's run times stand for estimates).
 Only the first `backfill_depth` waiting jobs behind the head are scanned at each instant, so
 a long queue costs a bounded amount of work per event.
 """
@@ -21,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scheduler.simulate.cluster import Cluster
-from scheduler.simulate.metrics import locality, mean, percentile
+from scheduler.simulate.metrics import locality as locality_of
+from scheduler.simulate.metrics import mean, percentile
 from scheduler.simulate.policies import Policy
 from scheduler.simulate.state import Allocation, ClusterState, fits_empty_cluster
 from scheduler.simulate.workload import WHOLE, Job
@@ -42,6 +44,32 @@ class Started:
 
 
 @dataclass
+class Reservation:
+    """The head of the queue starts at `at_s`. A job that runs past it may take, of the GPUs
+    the head could use, `spare` GPUs anywhere (a head that may span nodes) or, for a head that
+    must sit on one node, any GPUs but those of the reserved `node` beyond `node_spare`."""
+
+    at_s: float
+    spare: int
+    node: str | None = None
+    node_spare: int = 0
+
+    def allows(self, allocation: Allocation) -> bool:
+        if self.node is None:
+            if allocation.opened_gpus > self.spare:
+                return False
+            self.spare -= allocation.opened_gpus
+            return True
+        on_node = allocation.whole.get(self.node, 0)
+        if allocation.shared is not None and allocation.shared.node == self.node:
+            on_node += 1 if allocation.shared.slot is None else 0
+        if on_node > self.node_spare:
+            return False
+        self.node_spare -= on_node
+        return True
+
+
+@dataclass
 class Timeline:
     """The cluster sampled at regular instants: for the plot and the fragmentation measure."""
 
@@ -54,12 +82,12 @@ class Timeline:
 class Replay:
     def __init__(self, cluster: Cluster, jobs: Sequence[Job], policy: Policy,
                  backfill_depth: int = DEFAULT_BACKFILL_DEPTH,
-                 samples: int = DEFAULT_SAMPLES) -> None:
+                 samples: int = DEFAULT_SAMPLES, locality: str = "pod") -> None:
         self.cluster = cluster
         self.jobs = sorted(jobs, key=lambda job: (job.submit_s, job.position))
         self.policy = policy
         self.backfill_depth = backfill_depth
-        self.state = ClusterState(cluster)
+        self.state = ClusterState(cluster, locality)
         self.queue: list[Job] = []
         self.started: dict[int, Started] = {}  # by sequence number
         self.completions: list[tuple[float, int]] = []  # heap of (end, sequence)
@@ -111,41 +139,73 @@ class Replay:
 
     def backfill(self, now: float) -> None:
         head = self.queue[0]
-        shadow_s, extra = self.reservation(head, now)
+        reservation = self.reservation(head, now)
         started = []
         for position in range(1, min(len(self.queue), self.backfill_depth + 1)):
             job = self.queue[position]
-            ends_in_time = now + job.duration_s <= shadow_s
-            competes = competes_with(head, job)
-            if not ends_in_time and competes and job.whole_gpus > extra:
+            ends_in_time = now + job.duration_s <= reservation.at_s
+            bound = not ends_in_time and competes_with(head, job)
+            if bound and reservation.node is None and job.whole_gpus > reservation.spare:
                 continue  # cheap refusal before asking the policy
             allocation = self.try_place(job)
+            if allocation is not None and bound and not reservation.allows(allocation):
+                allocation = self.place_off_reserved_node(job, reservation)
             if allocation is None:
                 continue
-            if not ends_in_time and competes:
-                if allocation.opened_gpus > extra:
-                    continue
-                extra -= allocation.opened_gpus
             self.start(job, allocation, now)
             started.append(position)
         for position in reversed(started):
             del self.queue[position]
 
-    def reservation(self, head: Job, now: float) -> tuple[float, int]:
-        """When the head can start (counting GPUs), and the GPUs spare for others then."""
+    def reservation(self, head: Job, now: float) -> Reservation:
+        """When the head can start, counting GPUs, and what others may take meanwhile."""
         if head.gpus == 0:
             # A CPU-only head waits for CPU or memory; hold the next completion for it.
-            return (self.by_end[0][0] if self.by_end else now), 0
+            return Reservation(self.by_end[0][0] if self.by_end else now, 0)
         need = max(head.whole_gpus, 1)
+        if self.state.single_node(head):
+            reserved = self.node_reservation(head, need, now)
+            if reserved is not None:
+                return reserved
         free = self.state.free_whole(head.gpu_models)
         if free >= need:  # blocked by CPU, memory or shares, not by GPU count
-            return now, free - need
+            return Reservation(now, free - need)
         for end_s, sequence in self.by_end:
             free += gpus_of_models(self.state, self.started[sequence].allocation,
                                    head.gpu_models)
             if free >= need:
-                return end_s, free - need
-        return math.inf, 0
+                return Reservation(end_s, free - need)
+        return Reservation(math.inf, 0)
+
+    def node_reservation(self, head: Job, need: int, now: float) -> Reservation | None:
+        """For a head that must sit on one node: the first node to have `need` GPUs free as
+        running jobs end. None when some node has them already (the head waits for CPU,
+        memory or shares), or never will."""
+        state = self.state
+        if any(state.index.free_gpus(name) >= need for name in state.order
+               if state.model_ok(name, head)):
+            return None
+        freed: dict[str, int] = {}
+        for end_s, sequence in self.by_end:
+            for name, gpus in self.started[sequence].allocation.whole.items():
+                if not state.model_ok(name, head):
+                    continue
+                freed[name] = freed.get(name, 0) + gpus
+                free_then = state.index.free_gpus(name) + freed[name]
+                if free_then >= need:
+                    return Reservation(end_s, 0, node=name, node_spare=free_then - need)
+        return None
+
+    def place_off_reserved_node(self, job: Job, reservation: Reservation) -> Allocation | None:
+        """Ask the policy again with the reserved node's GPUs (beyond its spare) held back."""
+        if reservation.node is None:
+            return None
+        held = self.state.index.free_gpus(reservation.node) - reservation.node_spare
+        with self.state.withholding({reservation.node: held}):
+            allocation = self.try_place(job)
+        if allocation is None or not reservation.allows(allocation):
+            return None
+        return allocation
 
     def try_place(self, job: Job) -> Allocation | None:
         if job.whole_gpus > self.state.free_whole(job.gpu_models):
@@ -199,7 +259,7 @@ class Replay:
             "wait_s": {"mean": mean(waits), "p50": percentile(waits, 0.5),
                        "p95": percentile(waits, 0.95)},
             "jct_s": {"mean": mean(completion)},
-            "locality": locality(self.cluster, placed),
+            "locality": locality_of(self.cluster, placed),
             "fragmentation": {
                 "mean": mean(frag),
                 "series": [[t, f] for t, f in zip(self.timeline.t_s, frag, strict=True)],
@@ -236,14 +296,15 @@ def gpus_of_models(state: ClusterState, allocation: Allocation,
 
 
 def fill(cluster: Cluster, jobs: Sequence[Job], policy: Policy, fractions: Sequence[float],
-         seed: int) -> dict[float, dict]:
+         seed: int, locality: str = "pod") -> dict[float, dict]:
     """Draw jobs at random with replacement and place each at once or refuse it, until the
     GPUs asked for reach each fraction of the cluster's GPUs; nothing ever leaves."""
     asking = [job for job in jobs if job.gpus]
     if not asking:
         raise ValueError("the workload asks for no GPUs")
     rng = random.Random(seed)
-    state = ClusterState(cluster)
+    state = ClusterState(cluster, locality)
+    placed: list[tuple[Job, list[str]]] = []
     total = cluster.total_gpus
     asked = 0.0
     drawn = refused = 0
@@ -258,12 +319,13 @@ def fill(cluster: Cluster, jobs: Sequence[Job], policy: Policy, fractions: Seque
             if allocation is None:
                 refused += 1
             else:
-                state.take(allocation)
+                placed.append((job, state.take(allocation).nodes))
         out[fraction] = {
             "allocation_ratio": state.allocated_milli / WHOLE / total,
             "asked_gpus": asked,
             "allocated_gpus": state.allocated_milli / WHOLE,
             "jobs_drawn": drawn,
             "jobs_refused": refused,
+            "locality": locality_of(cluster, placed),
         }
     return out

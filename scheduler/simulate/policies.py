@@ -1,18 +1,21 @@
 """Placement policies: ours (`best_fit`) and the baselines `first_fit` and `random`.
 
 Every policy answers `place(state, job) -> Allocation | None` without changing the state.
-All of them place a job whenever the cluster has room for it (splitting a job over nodes when
-no single node holds it), so they differ only in *where* jobs go: locality and fragmentation.
+All of them follow the same locality rule (`ClusterState.locality`: by default a job that one
+node could hold must run on one node; larger jobs are split over nodes), so they differ only
+in *where* they put jobs, and through that in what fits later.
 
-- `best_fit` (ours): whole GPUs from the placement engine, `Request(gpus, preferred="node")`:
-  the narrowest level (node, leaf, spine, fabric) with a domain that holds the job, best fit
+- `best_fit` (ours): whole GPUs from the placement engine: `Request(gpus, required="node")`
+  for a job that must sit on one node (the tightest node), else `preferred="node"`: the
+  narrowest level (node, leaf, spine, fabric) with a domain that holds the job, best fit
   inside it. A share of a GPU goes where the pool's fragmentation against the workload's own
   mix of requests grows least (`choose_shared_gpu`, after FGD), among the open shared GPUs and
   the free GPU the engine would pick. A CPU-only job goes where it strands the fewest GPUs.
 - `first_fit`: nodes in file order, ignoring topology: the first node that holds the job, else
-  GPUs gathered from nodes in file order; shares on the first GPU with room.
-- `random`: a random node that holds the job (seeded), else GPUs gathered from nodes in a
-  random order; shares on a random GPU with room.
+  (if it may span nodes) GPUs gathered from nodes in file order; shares on the first GPU
+  with room.
+- `random`: a random node that holds the job (seeded), else (if it may span nodes) GPUs
+  gathered from nodes in a random order; shares on a random GPU with room.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def gather(state: ClusterState, job: Job, names: Sequence[str]) -> Allocation | 
     for name in names:
         if usable[name] >= job.gpus:
             return state.whole_allocation(job, {name: job.gpus})
+    if state.single_node(job):
+        return None
     whole: dict[str, int] = {}
     remaining = job.gpus
     for name in names:
@@ -107,6 +112,8 @@ class RandomFit(Policy):
         holding = [name for name in state.order if state.usable_gpus(name, job) >= job.gpus]
         if holding:
             return state.whole_allocation(job, {self.rng.choice(holding): job.gpus})
+        if state.single_node(job):
+            return None
         names = list(state.order)
         self.rng.shuffle(names)
         return gather(state, job, names)
@@ -130,7 +137,10 @@ class BestFit(Policy):
         self.mix = tuple(mix)
 
     def place_whole(self, state: ClusterState, job: Job) -> Allocation | None:
-        request = Request(gpus=job.gpus, preferred="node", gpu_models=job.gpu_models)
+        if state.single_node(job):
+            request = Request(gpus=job.gpus, required="node", gpu_models=job.gpu_models)
+        else:
+            request = Request(gpus=job.gpus, preferred="node", gpu_models=job.gpu_models)
         whole = state.place_with_engine(job, request)
         return None if whole is None else state.whole_allocation(job, whole)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from scheduler.placement import Node, PlacementIndex, Request
@@ -58,9 +59,20 @@ class Allocation:
         return sum(self.whole.values()) + opened
 
 
+LOCALITY_RULES = ("pod", "relaxed")
+
+
 class ClusterState:
-    def __init__(self, cluster: Cluster) -> None:
+    """`locality="pod"`: a job that one node of its GPU models could hold must run on one
+    node, as a Kubernetes pod does; larger jobs span nodes. `"relaxed"`: any job may be split
+    over nodes when no single node holds it."""
+
+    def __init__(self, cluster: Cluster, locality: str = "pod") -> None:
+        if locality not in LOCALITY_RULES:
+            raise ValueError(f"unknown locality rule {locality!r}")
         self.cluster = cluster
+        self.locality = locality
+        self._largest_node: dict[frozenset[str] | None, int] = {}
         self.nodes: dict[str, ClusterNode] = {node.name: node for node in cluster.nodes}
         self.order: list[str] = [node.name for node in cluster.nodes]  # file order
         self.index = PlacementIndex(LEVELS, (engine_node(node) for node in cluster.nodes))
@@ -79,6 +91,21 @@ class ClusterState:
         if models is None:
             return sum(free.values())
         return sum(free.get(model, 0) for model in models)
+
+    def single_node(self, job: Job) -> bool:
+        """Must this job's whole GPUs sit on one node?"""
+        if job.gpus == 0 or job.is_shared:
+            return True
+        if self.locality != "pod":
+            return False
+        return job.gpus <= self.largest_node(job.gpu_models)
+
+    def largest_node(self, models: frozenset[str] | None) -> int:
+        if models not in self._largest_node:
+            self._largest_node[models] = max(
+                (node.gpus for node in self.cluster.nodes
+                 if models is None or node.gpu_model in models), default=0)
+        return self._largest_node[models]
 
     def model_ok(self, name: str, job: Job) -> bool:
         return job.gpu_models is None or self.nodes[name].gpu_model in job.gpu_models
@@ -104,6 +131,16 @@ class ClusterState:
             if free >= job.gpu_milli:
                 yield slot, free
 
+    @contextmanager
+    def withholding(self, gpus: dict[str, int]) -> Iterator[None]:
+        """Hide whole free GPUs of some nodes from every policy for a moment."""
+        gpus = {name: count for name, count in gpus.items() if count > 0}
+        self.index.commit(gpus)
+        try:
+            yield
+        finally:
+            self.index.release(gpus)
+
     def place_with_engine(self, job: Job, request: Request) -> dict[str, int] | None:
         """The engine's answer, with GPUs that CPU or memory cannot back withheld."""
         withheld: dict[str, int] = {}
@@ -115,11 +152,8 @@ class ClusterState:
                 usable = self.usable_gpus(name, job)
                 if usable < free:
                     withheld[name] = free - usable
-        self.index.commit(withheld)
-        try:
+        with self.withholding(withheld):
             placement = self.index.place(request)
-        finally:
-            self.index.release(withheld)
         return dict(placement.assignment) if placement.placed else None
 
     # --- taking and giving back ------------------------------------------------------
