@@ -69,3 +69,11 @@ def test_the_module_runs_without_django(inputs):
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads((inputs / "r.json").read_text())["jobs"]["completed"] == 5
+
+
+def test_the_plot_is_a_png(inputs):
+    simulate(inputs, "--policy", "best_fit", "--mode", "replay", "--plot",
+             str(inputs / "replay.png"))
+    simulate(inputs, "--policy", "best_fit", "--mode", "fill", "--plot", str(inputs / "fill.png"))
+    for name in ("replay.png", "fill.png"):
+        assert (inputs / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
