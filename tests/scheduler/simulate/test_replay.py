@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.simulate.engine import Replay
 from scheduler.simulate.policies import BestFit, FirstFit, workload_mix
-from tests.scheduler.simulate.builders import flat, job
+from tests.scheduler.simulate.builders import flat, job, two_leaves
 
 
 def replay(cluster, jobs, policy=None, backfill_depth=100, samples=500,
@@ -137,3 +137,14 @@ def test_backfill_keeps_off_the_node_reserved_for_a_single_node_head():
     assert starts(result) == {"a": 0, "b": 0, "c": 10, "d": 2}
     d = next(record for record in result.finished if record.job.name == "d")
     assert d.allocation.nodes == ["n2"]
+
+
+def test_locality_of_a_replay_shows_where_first_fit_spreads_a_large_job():
+    # Two leaves of two 4-GPU nodes. x (2 GPUs) runs on n1; then a job of 8 GPUs arrives.
+    # Best fit puts it on leaf l2 whole (1 leaf, minimal); first fit takes n1's 2 free GPUs,
+    # n2 and half of n3 (2 leaves, not minimal).
+    jobs = [job("x", 0, 100, gpus=2), job("big", 1, 10, gpus=8)]
+    best = replay(two_leaves(), jobs).results()["locality"]
+    first = replay(two_leaves(), jobs, FirstFit()).results()["locality"]
+    assert (best["minimal_domain_share"], best["mean_leaves_multi_node"]) == (1.0, 1.0)
+    assert (first["minimal_domain_share"], first["mean_leaves_multi_node"]) == (0.5, 2.0)
