@@ -164,7 +164,7 @@ class Replay:
             return Reservation(self.by_end[0][0] if self.by_end else now, 0)
         need = max(head.whole_gpus, 1)
         if self.state.single_node(head):
-            reserved = self.node_reservation(head, need, now)
+            reserved = self.node_reservation(head, need)
             if reserved is not None:
                 return reserved
         free = self.state.free_whole(head.gpu_models)
@@ -177,7 +177,7 @@ class Replay:
                 return Reservation(end_s, free - need)
         return Reservation(math.inf, 0)
 
-    def node_reservation(self, head: Job, need: int, now: float) -> Reservation | None:
+    def node_reservation(self, head: Job, need: int) -> Reservation | None:
         """For a head that must sit on one node: the first node to have `need` GPUs free as
         running jobs end. None when some node has them already (the head waits for CPU,
         memory or shares), or never will."""

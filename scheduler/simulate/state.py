@@ -184,8 +184,10 @@ class ClusterState:
         self.allocated_milli += WHOLE * sum(allocation.whole.values())
         for name, milli in allocation.cpu.items():
             self.free_cpu[name] -= milli
+            assert self.free_cpu[name] >= 0, f"CPU over-committed on {name}"
         for name, mib in allocation.memory.items():
             self.free_memory[name] -= mib
+            assert self.free_memory[name] >= 0, f"memory over-committed on {name}"
         shared = allocation.shared
         if shared is not None:
             if shared.slot is None:
@@ -196,6 +198,7 @@ class ClusterState:
                 allocation = Allocation(allocation.whole, shared, allocation.cpu,
                                         allocation.memory)
             self.slots[shared.node][shared.slot] -= shared.milli
+            assert self.slots[shared.node][shared.slot] >= 0, f"GPU over-shared on {shared.node}"
             self.allocated_milli += shared.milli
         self.version += 1
         return allocation
