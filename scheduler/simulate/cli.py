@@ -20,8 +20,9 @@ from collections.abc import Sequence
 
 from scheduler.simulate.cluster import load_cluster, make_nodes, write_cluster
 from scheduler.simulate.convert import convert_trace
-from scheduler.simulate.engine import DEFAULT_BACKFILL_DEPTH, Replay, fill
+from scheduler.simulate.engine import DEFAULT_BACKFILL_DEPTH, Replay
 from scheduler.simulate.errors import InputError
+from scheduler.simulate.fill import fill
 from scheduler.simulate.policies import POLICY_NAMES, make_policy
 from scheduler.simulate.state import LOCALITY_RULES
 from scheduler.simulate.workload import load_workload

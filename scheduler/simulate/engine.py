@@ -1,4 +1,4 @@
-"""The two experiments: `replay` (arrivals, a queue, departures) and `fill` (no departures).
+"""The replay experiment: arrivals, one queue, departures (fill is in `fill.py`).
 
 Replay is an event loop over arrivals (in submit order) and completions (a heap). After the
 events of one instant, the queue is served FIFO; when its head does not fit, EASY backfill
@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -290,42 +289,3 @@ def gpus_of_models(state: ClusterState, allocation: Allocation,
         return sum(allocation.whole.values())
     return sum(gpus for name, gpus in allocation.whole.items()
                if state.nodes[name].gpu_model in models)
-
-
-# --- fill ----------------------------------------------------------------------------------
-
-
-def fill(cluster: Cluster, jobs: Sequence[Job], policy: Policy, fractions: Sequence[float],
-         seed: int, locality: str = "pod") -> dict[float, dict]:
-    """Draw jobs at random with replacement and place each at once or refuse it, until the
-    GPUs asked for reach each fraction of the cluster's GPUs; nothing ever leaves."""
-    asking = [job for job in jobs if job.gpus]
-    if not asking:
-        raise ValueError("the workload asks for no GPUs")
-    rng = random.Random(seed)
-    state = ClusterState(cluster, locality)
-    placed: list[tuple[Job, list[str]]] = []
-    total = cluster.total_gpus
-    asked = 0.0
-    drawn = refused = 0
-    out: dict[float, dict] = {}
-    for fraction in sorted(set(fractions)):
-        while asked < fraction * total:
-            job = rng.choice(jobs)
-            drawn += 1
-            asked += job.gpu_demand
-            allocation = (policy.place(state, job)
-                          if job.whole_gpus <= state.free_whole(job.gpu_models) else None)
-            if allocation is None:
-                refused += 1
-            else:
-                placed.append((job, state.take(allocation).nodes))
-        out[fraction] = {
-            "allocation_ratio": state.allocated_milli / WHOLE / total,
-            "asked_gpus": asked,
-            "allocated_gpus": state.allocated_milli / WHOLE,
-            "jobs_drawn": drawn,
-            "jobs_refused": refused,
-            "locality": locality_of(cluster, placed),
-        }
-    return out

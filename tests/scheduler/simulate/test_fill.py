@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.simulate.engine import fill
+from scheduler.simulate.fill import fill
 from scheduler.simulate.policies import BestFit, FirstFit
 from tests.scheduler.simulate.builders import flat, job
 
