@@ -49,17 +49,22 @@ class Row:
 def read_rows(path: str, required: Sequence[str]) -> Iterator[Row]:
     """Rows of a CSV file with a header naming at least `required`; line numbers are the file's."""
     try:
-        handle = open(path, newline="", encoding="utf-8")
+        handle = open(path, newline="", encoding="utf-8-sig")  # tolerate a byte-order mark
     except OSError as error:
         raise InputError(path, None, f"cannot read: {error.strerror}") from None
     with handle:
         reader = csv.DictReader(handle)
-        header = [name.strip() for name in reader.fieldnames or []]
-        reader.fieldnames = header
-        missing = [name for name in required if name not in header]
-        if missing:
-            raise InputError(path, 1, f"missing column {', '.join(missing)}")
-        for cells in reader:
-            if None in cells:
-                raise InputError(path, reader.line_num, "more cells than columns")
-            yield Row(path, reader.line_num, cells)
+        try:
+            header = [name.strip() for name in reader.fieldnames or []]
+            reader.fieldnames = header
+            missing = [name for name in required if name not in header]
+            if missing:
+                raise InputError(path, 1, f"missing column {', '.join(missing)}")
+            for cells in reader:
+                if None in cells:
+                    raise InputError(path, reader.line_num, "more cells than columns")
+                yield Row(path, reader.line_num, cells)
+        except UnicodeDecodeError:
+            raise InputError(path, reader.line_num + 1, "not UTF-8 text") from None
+        except csv.Error as error:
+            raise InputError(path, reader.line_num, f"not CSV: {error}") from None

@@ -116,3 +116,16 @@ def test_bad_input_exits_with_status_2_and_one_line(tmp_path, capsys):
     assert "unknown fabric" in one_line_error(
         capsys, base + ["--workload", good, "--policy", "random", "--fabric", "mesh:n=2"])
     assert "required" in one_line_error(capsys, ["--cluster", cluster])
+
+
+def test_a_file_that_is_not_text_is_one_line_too(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_bytes(WORKLOAD_HEADER.encode() + b"a,0,5,1,,,,,\n\xff\xfe\x00binary\n")
+    with pytest.raises(InputError, match=r"jobs.csv:\d+: not"):
+        load_workload(str(path))
+
+
+def test_a_byte_order_mark_does_not_hide_the_first_column(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + WORKLOAD_HEADER.encode() + b"a,0,5,1,,,,,\n")
+    assert load_workload(str(path))[0].name == "a"
