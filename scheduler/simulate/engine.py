@@ -97,6 +97,9 @@ class Replay:
         self._samples = samples
         self._sequence = 0
         self._fragmentation_at: tuple[int, float] = (-1, 0.0)
+        # The start each blocked head was first promised, by job position: backfill must
+        # never make a head start later than that (checked by the tests).
+        self.promised_start: dict[int, float] = {}
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -139,6 +142,7 @@ class Replay:
     def backfill(self, now: float) -> None:
         head = self.queue[0]
         reservation = self.reservation(head, now)
+        self.promised_start.setdefault(head.position, reservation.at_s)
         started = []
         for position in range(1, min(len(self.queue), self.backfill_depth + 1)):
             job = self.queue[position]

@@ -178,3 +178,17 @@ def test_a_mixed_replay_starts_no_job_early_and_gives_everything_back(policy_nam
     assert state.allocated_milli == 0 and state.free_whole() == 16
     assert state.free_cpu == {"n1": 16_000, "n2": 32_000, "n3": 16_000, "c1": 32_000}
     assert 0 < out["utilization"] <= 1
+
+
+@pytest.mark.parametrize("locality", ["pod", "relaxed"])
+@pytest.mark.parametrize("seed", range(6))
+def test_backfill_never_starts_a_head_later_than_first_promised(seed, locality):
+    # Whole-GPU jobs with exact durations: EASY backfill's promise holds exactly.
+    rng = random.Random(seed)
+    jobs = [job(f"j{i}", submit=rng.randint(0, 200), duration=rng.randint(1, 50),
+                gpus=rng.choice([1, 1, 2, 3, 4, 6, 8])) for i in range(120)]
+    result = replay(flat(3, gpus=4), jobs, locality=locality)
+    assert result.promised_start  # heads were blocked, and backfill had work to do
+    started = {record.job.position: record.start_s for record in result.finished}
+    for position, promised in result.promised_start.items():
+        assert started[position] <= promised
