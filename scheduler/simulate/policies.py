@@ -1,0 +1,206 @@
+"""Placement policies: ours (`best_fit`) and the baselines `first_fit` and `random`.
+
+Every policy answers `place(state, job) -> Allocation | None` without changing the state.
+All of them follow the same locality rule (`ClusterState.locality`: by default a job that one
+node could hold must run on one node; larger jobs are split over nodes), so they differ only
+in *where* they put jobs, and through that in what fits later.
+
+- `best_fit` (ours): whole GPUs from the placement engine: `Request(gpus, required="node")`
+  for a job that must sit on one node (the tightest node), else `preferred="node"`: the
+  narrowest level (node, leaf, spine, fabric) with a domain that holds the job, best fit
+  inside it. A share of a GPU goes where the pool's fragmentation against the workload's own
+  mix of requests grows least (`choose_shared_gpu`, after FGD), among the open shared GPUs and
+  the free GPU the engine would pick. A CPU-only job goes where it strands the fewest GPUs.
+- `first_fit`: nodes in file order, ignoring topology: the first node that holds the job, else
+  (if it may span nodes) GPUs gathered from nodes in file order; shares on the first GPU
+  with room.
+- `random`: a random node that holds the job (seeded), else (if it may span nodes) GPUs
+  gathered from nodes in a random order; shares on a random GPU with room.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+from scheduler.placement import MixItem, Request, SharedGpu, SharedRequest, choose_shared_gpu
+from scheduler.simulate.state import Allocation, ClusterState, SharedSlot
+from scheduler.simulate.workload import WHOLE, Job
+
+
+class Policy:
+    name = ""
+
+    def place(self, state: ClusterState, job: Job) -> Allocation | None:
+        if job.gpus == 0:
+            return self.place_host_only(state, job)
+        if job.is_shared:
+            return self.place_share(state, job)
+        return self.place_whole(state, job)
+
+    def place_whole(self, state: ClusterState, job: Job) -> Allocation | None:
+        raise NotImplementedError
+
+    def place_share(self, state: ClusterState, job: Job) -> Allocation | None:
+        raise NotImplementedError
+
+    def place_host_only(self, state: ClusterState, job: Job) -> Allocation | None:
+        raise NotImplementedError
+
+
+def gather(state: ClusterState, job: Job, names: Sequence[str]) -> Allocation | None:
+    """The first node of `names` that holds the whole job, else GPUs taken in that order."""
+    usable = {name: state.usable_gpus(name, job) for name in names}
+    for name in names:
+        if usable[name] >= job.gpus:
+            return state.whole_allocation(job, {name: job.gpus})
+    if state.single_node(job):
+        return None
+    whole: dict[str, int] = {}
+    remaining = job.gpus
+    for name in names:
+        take = min(usable[name], remaining)
+        if take:
+            whole[name] = take
+            remaining -= take
+        if not remaining:
+            return state.whole_allocation(job, whole)
+    return None
+
+
+def share_candidates(state: ClusterState, job: Job, names: Sequence[str]) -> list[SharedSlot]:
+    """Every GPU that could take the share, node by node in `names` order: open shared
+    GPUs first, then one wholly free GPU of the node."""
+    out = []
+    for name in names:
+        if not state.model_ok(name, job) or not state.host_fits(name, job):
+            continue
+        out.extend(SharedSlot(name, slot, job.gpu_milli) for slot, _ in state.open_slots(name, job))
+        if state.index.free_gpus(name):
+            out.append(SharedSlot(name, None, job.gpu_milli))
+    return out
+
+
+class FirstFit(Policy):
+    name = "first_fit"
+
+    def place_whole(self, state: ClusterState, job: Job) -> Allocation | None:
+        return gather(state, job, state.order)
+
+    def place_share(self, state: ClusterState, job: Job) -> Allocation | None:
+        for name in state.order:
+            candidates = share_candidates(state, job, [name])
+            if candidates:
+                return state.host_allocation(job, name, candidates[0])
+        return None
+
+    def place_host_only(self, state: ClusterState, job: Job) -> Allocation | None:
+        for name in state.order:
+            if state.host_fits(name, job):
+                return state.host_allocation(job, name)
+        return None
+
+
+class RandomFit(Policy):
+    name = "random"
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(f"{seed}:random-policy")  # apart from the workload draws
+
+    def place_whole(self, state: ClusterState, job: Job) -> Allocation | None:
+        holding = [name for name in state.order if state.usable_gpus(name, job) >= job.gpus]
+        if holding:
+            return state.whole_allocation(job, {self.rng.choice(holding): job.gpus})
+        if state.single_node(job):
+            return None
+        names = list(state.order)
+        self.rng.shuffle(names)
+        return gather(state, job, names)
+
+    def place_share(self, state: ClusterState, job: Job) -> Allocation | None:
+        candidates = share_candidates(state, job, state.order)
+        if not candidates:
+            return None
+        choice = self.rng.choice(candidates)
+        return state.host_allocation(job, choice.node, choice)
+
+    def place_host_only(self, state: ClusterState, job: Job) -> Allocation | None:
+        fitting = [name for name in state.order if state.host_fits(name, job)]
+        return state.host_allocation(job, self.rng.choice(fitting)) if fitting else None
+
+
+class BestFit(Policy):
+    name = "best_fit"
+
+    def __init__(self, mix: Sequence[MixItem]) -> None:
+        self.mix = tuple(mix)
+
+    def place_whole(self, state: ClusterState, job: Job) -> Allocation | None:
+        if state.single_node(job):
+            request = Request(gpus=job.gpus, required="node", gpu_models=job.gpu_models)
+        else:
+            request = Request(gpus=job.gpus, preferred="node", gpu_models=job.gpu_models)
+        whole = state.place_with_engine(job, request)
+        return None if whole is None else state.whole_allocation(job, whole)
+
+    def place_share(self, state: ClusterState, job: Job) -> Allocation | None:
+        candidates: dict[str, SharedSlot] = {}
+        gpus: list[SharedGpu] = []
+        for name in state.order:
+            if state.slots[name] and state.model_ok(name, job) and state.host_fits(name, job):
+                for slot, free in state.open_slots(name, job):
+                    candidates[f"{name}/{slot}"] = SharedSlot(name, slot, job.gpu_milli)
+                    gpus.append(SharedGpu(f"{name}/{slot}", free, 0))
+        fresh = self.fresh_gpu_node(state, job)
+        if fresh is not None:
+            candidates[f"{fresh}/new"] = SharedSlot(fresh, None, job.gpu_milli)
+            gpus.append(SharedGpu(f"{fresh}/new", WHOLE, 0))
+        chosen = choose_shared_gpu(gpus, SharedRequest(job.gpu_milli, 0), self.mix)
+        if chosen is None:
+            return None
+        slot = candidates[chosen]
+        return state.host_allocation(job, slot.node, slot)
+
+    def fresh_gpu_node(self, state: ClusterState, job: Job) -> str | None:
+        """The node whose free GPU the engine would give a one-GPU job (the tightest)."""
+        host_only = Job(job.name, job.submit_s, job.duration_s, gpus=1,
+                        gpu_models=job.gpu_models, cpu_milli=job.cpu_milli,
+                        memory_mib=job.memory_mib)
+        whole = state.place_with_engine(host_only, Request(gpus=1, gpu_models=job.gpu_models))
+        return None if whole is None else next(iter(whole))
+
+    def place_host_only(self, state: ClusterState, job: Job) -> Allocation | None:
+        """Where the fewest free GPUs are left without CPU or memory: nodes with no free GPU
+        first (a CPU node, or a GPU node already full), then the tightest fit on CPU."""
+        fitting = [name for name in state.order if state.host_fits(name, job)]
+        if not fitting:
+            return None
+        position = {name: i for i, name in enumerate(state.order)}
+
+        def key(name: str) -> tuple:
+            return (state.index.free_gpus(name), state.free_cpu[name] - job.cpu_milli,
+                    state.free_memory[name] - job.memory_mib, position[name])
+
+        return state.host_allocation(job, min(fitting, key=key))
+
+
+def workload_mix(jobs: Sequence[Job]) -> tuple[MixItem, ...]:
+    """The requests the pool should stay ready for: the workload's own GPU demands by share
+    of a GPU (a whole-GPU job, however many GPUs, needs wholly free GPUs)."""
+    counts = Counter(job.gpu_milli if job.is_shared else WHOLE for job in jobs if job.gpus)
+    total = sum(counts.values())
+    return tuple(MixItem(milli, 0, count / total) for milli, count in sorted(counts.items()))
+
+
+POLICY_NAMES = ("best_fit", "first_fit", "random")
+
+
+def make_policy(name: str, seed: int, jobs: Sequence[Job]) -> Policy:
+    if name == "best_fit":
+        return BestFit(workload_mix(jobs))
+    if name == "first_fit":
+        return FirstFit()
+    if name == "random":
+        return RandomFit(seed)
+    raise ValueError(f"unknown policy {name!r} (choose {', '.join(POLICY_NAMES)})")
