@@ -10,11 +10,13 @@ from fabric import generators
 from fabric import services as fabric_services
 from ibex.accounts import services as accounts
 from pool.models import Gpu, HealthEvent, Node
+from pool.services import ensure_gpu_catalogue
 
 
 @pytest.mark.django_db(transaction=True)
 def test_simulated_agents_register_activate_and_report_failures(live_server, tmp_path, settings):
     settings.NODE_HEARTBEAT_INTERVAL_S = 1
+    ensure_gpu_catalogue()  # a transactional test starts from a flushed database
     provider = accounts.create_organization(slug="hpc-provider", roles=("provider",))
     key = accounts.issue_api_key(organization=provider, scopes=["read", "provide"]).raw_key
     fabric_services.save_fabric(owner=provider, name="lab", spec=generators.fat_tree(8, 8),
