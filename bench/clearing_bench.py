@@ -12,12 +12,16 @@ unconstrained (5 %); limits $1.00-$4.00 in cents, 1-48 hours.
 
 The timed part is `clear_auction` with the engine's placer, the index build included, the
 exact solve off. Then the exact-vs-greedy welfare gap on `--small` random instances (6-30
-bids, 8-40 nodes, reserves and topology drawn as above).
+bids, 8-40 nodes, reserves and topology drawn as above, sizes divided by 8), once with the
+bids' hours as drawn, once with every bid for one hour (the greedy ranks by price per
+GPU-hour while welfare weighs hours), and once more with every reserve at $1.50 (the engine
+places by free GPUs, blind to reserves, so this isolates the packing and ordering loss).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import random
@@ -99,13 +103,18 @@ def big_clearing(seed: int, bid_count: int) -> None:
           f", welfare ${market.welfare:,}")
 
 
-def small_gaps(seed: int, instances: int) -> None:
+def small_gaps(seed: int, instances: int, one_hour: bool, one_reserve: bool = False) -> None:
     rng = random.Random(seed + 1000)
     gaps, solve_times, accepted_counts = [], [], []
     for _ in range(instances):
         node_count = rng.randint(8, 40)
         nodes = build_nodes(rng, node_count, leaf_size=4, spine_size=3)
+        if one_reserve:
+            nodes = [dataclasses.replace(node, reserve_micros=(1_500_000,) * node.free_gpus)
+                     for node in nodes]
         bids = build_bids(rng, rng.randint(6, 30), scale=8)
+        if one_hour:
+            bids = [dataclasses.replace(bid, hours=Decimal(1)) for bid in bids]
         clearing = clear_auction_on_index(LEVELS, nodes, bids, exact=False)
         market = clearing.market(MODEL)
         started = time.perf_counter()
@@ -114,7 +123,8 @@ def small_gaps(seed: int, instances: int) -> None:
         best = max(exact.welfare, market.welfare)
         gaps.append(float((best - market.welfare) / best) if best else 0.0)
         accepted_counts.append(len(market.accepted))
-    print(f"exact vs greedy on {instances} small instances (6-30 bids, 8-40 nodes): "
+    hours = ("all 1 h" if one_hour else "1-48 h") + (", every reserve $1.50" if one_reserve else "")
+    print(f"exact vs greedy on {instances} small instances (6-30 bids, 8-40 nodes, {hours}): "
           f"welfare gap mean {100 * statistics.mean(gaps):.2f} %, "
           f"max {100 * max(gaps):.2f} %, zero in {sum(g == 0 for g in gaps)}; "
           f"HiGHS median {1000 * statistics.median(solve_times):.0f} ms, "
@@ -131,7 +141,9 @@ def main() -> None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     print(f"{platform.machine()}, Python {platform.python_version()}, one core")
     big_clearing(args.seed, args.bids)
-    small_gaps(args.seed, args.small)
+    small_gaps(args.seed, args.small, one_hour=False)
+    small_gaps(args.seed, args.small, one_hour=True)
+    small_gaps(args.seed, args.small, one_hour=True, one_reserve=True)
 
 
 if __name__ == "__main__":

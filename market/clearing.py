@@ -430,19 +430,35 @@ def clear_market(
     make_placer: MakePlacer,
     gpu_model: str = "",
 ) -> MarketClearing:
-    """Greedy uniform-price clearing of one market's bids over its nodes."""
+    """Greedy uniform-price clearing of one market's bids over its nodes.
+
+    The GPUs a placer sees only ever shrink during a clearing (sales, and a cap that falls
+    with the limits), so once a bid is refused, a later bid with the same constraint and at
+    least as many GPUs is refused without asking the placer again (its reason says so). This
+    assumes what the engine guarantees: a placer refuses only when no allowed domain holds the
+    bid, so it never refuses a bid that fits in capacity where a larger one fitted."""
     for bid in bids:
         check_topology(bid.topology, levels, f"bid {bid.id}.topology")
     stock = Stock(nodes, make_placer(levels, nodes))
     winners: list[tuple[Bid, Mapping[str, int], dict[str, tuple[int, ...]]]] = []
     refused: list[RefusedBid] = []
+    smallest_refused: dict[tuple, RefusedBid] = {}  # by constraint: the smallest bid refused
     for bid in sorted(bids, key=auction_order):
+        constraint = (bid.topology, bid.gpu_models)
+        earlier = smallest_refused.get(constraint)
+        if earlier is not None and bid.gpus >= earlier.bid.gpus:
+            refused.append(RefusedBid(bid, f"no room: bid {earlier.bid.id} for "
+                                           f"{_gpus(earlier.bid.gpus)} with the same constraint "
+                                           f"and a limit as high was refused ({earlier.reason})"))
+            continue
         stock.lower_cap(bid.limit_micros)
         assignment, reason = stock.placer.place(bid)
         if assignment is None:
             if stock.withheld_gpus:
                 reason += f"; reserve above limit: {_gpus(stock.withheld_gpus)}"
-            refused.append(RefusedBid(bid, reason))
+            refusal = RefusedBid(bid, reason)
+            refused.append(refusal)
+            smallest_refused[constraint] = refusal
         else:
             placed = {name: gpus for name, gpus in assignment.items() if gpus}
             winners.append((bid, placed, stock.sell(placed)))

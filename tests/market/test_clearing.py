@@ -144,6 +144,29 @@ def test_a_bid_is_taken_whole_or_not_at_all_and_a_smaller_lower_bid_may_still_wi
     assert market.gpus_sold == 6
 
 
+def test_after_a_refusal_bigger_bids_with_the_same_constraint_are_refused_without_a_search():
+    asked = []
+
+    class CountingPlacer(DomainPlacer):
+        def place(self, bid):
+            asked.append(bid.id)
+            return super().place(bid)
+
+    nodes = [offer("s1/l1/n1", *["1.00"] * 4)]
+    market = clear_auction(LEVELS, nodes, [
+        bid("six", 6, "3.00"), bid("six-on-a-node", 6, "2.80", required="node"),
+        bid("eight", 8, "2.50"), bid("two", 2, "2.00"),
+    ], CountingPlacer, exact=False).market(H100)
+    assert asked == ["six", "six-on-a-node", "two"]
+    assert accepted_ids(market) == ["two"]
+    assert {refusal.bid.id: refusal.reason for refusal in market.refused} == {
+        "six": "only 4 of 6 GPUs fit",
+        "six-on-a-node": "only 4 of 6 GPUs fit within one node",
+        "eight": "no room: bid six for 6 GPUs with the same constraint and a limit as high "
+                 "was refused (only 4 of 6 GPUs fit)",
+    }
+
+
 # --- the clearing price ---------------------------------------------------------------------
 
 
