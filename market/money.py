@@ -10,6 +10,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 MICROS_PER_DOLLAR = 1_000_000
 ROUNDING = ROUND_HALF_EVEN
+MAX_DOLLARS = 10**12  # micro-dollars stay well inside a 64-bit integer
 _MICRO = Decimal("0.000001")
 
 
@@ -27,6 +28,8 @@ def to_micros(dollars: str | int | Decimal) -> int:
         raise BadAmount(f"not an amount: {dollars!r}") from None
     if not value.is_finite():
         raise BadAmount(f"not an amount: {dollars!r}")
+    if abs(value) >= MAX_DOLLARS:
+        raise BadAmount(f"amounts are under {MAX_DOLLARS:,} dollars")
     return int(value.quantize(_MICRO, rounding=ROUNDING) * MICROS_PER_DOLLAR)
 
 
