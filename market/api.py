@@ -334,6 +334,29 @@ def _html(template: str, name: str, context: dict) -> HttpResponse:
     return response
 
 
+class InvoiceMonthSerializer(serializers.Serializer):
+    month = serializers.CharField(help_text="YYYY-MM")
+    url = serializers.CharField()
+    html_url = serializers.CharField()
+
+
+class InvoiceListView(APIView):
+    """The months you have an invoice (as a tenant) or a statement (as a provider) for."""
+
+    permission_classes = [ReadOrTrade]
+
+    @extend_schema(responses=InvoiceMonthSerializer(many=True),
+                   summary="Months with invoices or statements, newest first")
+    def get(self, request):
+        org = organization_of(request)
+        kind = "statements" if org.is_provider and not org.is_tenant else "invoices"
+        months = invoices.months_with_activity(organization=org)
+        return Response(InvoiceMonthSerializer([
+            {"month": m, "url": f"/api/v1/account/{kind}/{m}/",
+             "html_url": f"/api/v1/account/{kind}/{m}/?format=html"} for m in months],
+            many=True).data)
+
+
 class InvoiceView(APIView):
     """A tenant's invoice for one month: lines per lease, credits, total. `?format=html`
     downloads it as a printable HTML page."""
@@ -411,5 +434,5 @@ class StripeWebhookView(APIView):
                          "outcome": result.outcome})
 
 
-__all__ = ["AccountView", "EntryViewSet", "InvoiceView", "StatementView", "StripeWebhookView",
+__all__ = ["AccountView", "InvoiceListView", "EntryViewSet", "InvoiceView", "StatementView", "StripeWebhookView",
            "TopUpViewSet", "RefundViewSet", "ConnectView", "PayoutViewSet"]

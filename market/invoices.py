@@ -112,3 +112,14 @@ def statement_for(*, provider: Organization, month: date) -> Statement:
     return Statement(organization=provider, month=month,
                      earnings_micros=totals["earnings"] or 0, fees_micros=totals["fees"] or 0,
                      held_back_micros=totals["held_back"] or 0, payouts=payouts)
+
+
+def months_with_activity(*, organization: Organization) -> list[str]:
+    """"YYYY-MM" of every month with usage paid or earned, or entries, newest first."""
+    months = set()
+    for side in ("payer", "payee"):
+        months |= {m.strftime("%Y-%m") for m in UsageRecord.objects.filter(
+            **{side: organization}).dates("minute", "month")}
+    months |= {m.strftime("%Y-%m") for m in Entry.objects.filter(
+        account__organization=organization).dates("created_at", "month")}
+    return sorted(months, reverse=True)

@@ -12,6 +12,7 @@ router.register("account/payouts", api.PayoutViewSet, basename="payout")
 urlpatterns = [
     path("account/", api.AccountView.as_view(), name="account"),
     path("account/connect/", api.ConnectView.as_view(), name="account-connect"),
+    path("account/invoices/", api.InvoiceListView.as_view(), name="invoices"),
     path("account/invoices/<str:month>/", api.InvoiceView.as_view(), name="invoice"),
     path("account/statements/<str:month>/", api.StatementView.as_view(), name="statement"),
     path("stripe/webhook/", api.StripeWebhookView.as_view(), name="stripe-webhook"),
