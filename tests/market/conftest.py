@@ -14,6 +14,11 @@ from tests.fakes.stripe_server import FakeStripeServer, signed_delivery
 
 WEBHOOK_SECRET = "whsec_test_ibex"
 
+# Tests that race real connections commit for real. Listing the apps they touch keeps the flush
+# after them to those apps' tables, so seeded data (the GPU catalogue) survives for later tests.
+racing = pytest.mark.django_db(transaction=True, available_apps=[
+    "django.contrib.contenttypes", "django.contrib.auth", "ibex.accounts", "market"])
+
 
 @pytest.fixture(autouse=True)
 def ledger_balances_to_zero(request):

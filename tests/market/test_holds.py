@@ -4,7 +4,7 @@ from django.db.models import Sum
 from market import services
 from market.models import Account, Entry, Hold
 from tests.factories import fund
-from tests.market.conftest import balance, in_threads
+from tests.market.conftest import balance, in_threads, racing
 
 Kind = Account.Kind
 
@@ -127,7 +127,7 @@ def test_a_rivals_spending_does_not_count_against_the_tenants_limit(tenant, riva
     services.hold_for_order(tenant=tenant, order_ref="t-1", amount_micros=10_000_000)
 
 
-@pytest.mark.django_db(transaction=True)
+@racing
 def test_fifty_concurrent_orders_never_overdraw_one_balance(tenant):
     fund(tenant, "100.00")  # room for exactly 33 orders of 3.00
 
@@ -143,7 +143,7 @@ def test_fifty_concurrent_orders_never_overdraw_one_balance(tenant):
     assert Hold.objects.aggregate(total=Sum("amount_micros"))["total"] == 99_000_000
 
 
-@pytest.mark.django_db(transaction=True)
+@racing
 def test_concurrent_orders_respect_the_hourly_limit(tenant):
     fund(tenant, "1000.00")
     services.set_spend_limits(organization=tenant, per_hour_micros=20_000_000,

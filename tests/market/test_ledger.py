@@ -4,6 +4,7 @@ from django.db import IntegrityError, connection, transaction
 from market import ledger
 from market.ledger import InsufficientFunds, LedgerError, Line
 from market.models import Account, Entry, LedgerTransaction
+from tests.market.conftest import racing
 
 Kind = Account.Kind
 
@@ -65,7 +66,7 @@ def test_entries_are_append_only(tenant):
         cursor.execute("UPDATE market_ledgertransaction SET memo = 'edited'")
 
 
-@pytest.mark.django_db(transaction=True)
+@racing
 def test_an_unbalanced_transaction_cannot_be_committed_even_with_raw_sql(tenant):
     promotions = ledger.account(None, Kind.PROMOTIONS)
     available = ledger.account(tenant, Kind.TENANT_AVAILABLE)
@@ -84,7 +85,7 @@ def test_an_unbalanced_transaction_cannot_be_committed_even_with_raw_sql(tenant)
     assert Entry.objects.count() == 0 and LedgerTransaction.objects.count() == 0
 
 
-@pytest.mark.django_db(transaction=True)
+@racing
 def test_a_single_sided_entry_cannot_be_committed(tenant):
     available = ledger.account(tenant, Kind.TENANT_AVAILABLE)
     with pytest.raises(IntegrityError), transaction.atomic():

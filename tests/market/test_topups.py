@@ -3,7 +3,7 @@ import pytest
 from market import services, tasks
 from market.models import Account, Entry, MoneyStateChange, SpendLimit, StripeEvent, TopUp
 from tests.factories import client_for
-from tests.market.conftest import balance, deliver, in_threads
+from tests.market.conftest import balance, deliver, in_threads, racing
 
 Kind = Account.Kind
 
@@ -143,9 +143,8 @@ def test_events_ibex_does_not_handle_are_stored_and_acknowledged(fake_stripe, ap
     assert answer["outcome"] == "ignored"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_webhook_delivered_five_times_concurrently_credits_once(
-        fake_stripe, tenant, django_capture_on_commit_callbacks):
+@racing
+def test_a_webhook_delivered_five_times_concurrently_credits_once(fake_stripe, tenant):
     from rest_framework.test import APIClient
 
     created = services.create_top_up(tenant=tenant, amount_micros=50_000_000)

@@ -6,7 +6,7 @@ from market import services, tasks
 from market.models import Account, Entry, UsageRecord
 from market.services import RunningLease
 from tests.factories import fund
-from tests.market.conftest import balance, in_threads
+from tests.market.conftest import balance, in_threads, racing
 
 Kind = Account.Kind
 MINUTE = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -116,7 +116,7 @@ class WorkerDied(BaseException):
     pass
 
 
-@pytest.mark.django_db(transaction=True)
+@racing
 def test_a_metering_run_killed_midway_and_run_again_bills_each_minute_once(
         monkeypatch, tenant, provider):
     fund(tenant, "100.00")
@@ -141,7 +141,7 @@ def test_a_metering_run_killed_midway_and_run_again_bills_each_minute_once(
     assert balance(tenant) == 100_000_000 - 10 * 40_000
 
 
-@pytest.mark.django_db(transaction=True)
+@racing
 def test_concurrent_metering_runs_bill_a_minute_once(tenant, provider):
     fund(tenant, "100.00")
 
