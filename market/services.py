@@ -34,7 +34,7 @@ from market.models import (
     TopUp,
     UsageRecord,
 )
-from market.money import divide_rounded, to_dollars
+from market.money import divide_rounded, stripe_minor_units, to_dollars
 
 log = logging.getLogger(__name__)
 
@@ -688,8 +688,14 @@ def _ibex_id(obj: dict, key: str) -> int | None:
 
 def _on_payment_succeeded(obj: dict) -> str:
     top_up_id = _ibex_id(obj, "ibex_top_up")
-    if top_up_id is None or not TopUp.objects.filter(pk=top_up_id).exists():
+    top_up = TopUp.objects.filter(pk=top_up_id).first() if top_up_id else None
+    if top_up is None:
         return "not an IBEX top-up"
+    received = obj.get("amount_received")
+    if received != stripe_minor_units(top_up.amount_micros) or obj.get("currency") != top_up.currency:
+        log.error("top-up %s: Stripe received %s %s, we asked for %s", top_up.pk, received,
+                  obj.get("currency"), to_dollars(top_up.amount_micros))
+        return f"top-up {top_up.pk}: amount received does not match; left for an operator"
     return top_up_succeeded(top_up_id=top_up_id, payment_intent_id=obj["id"])
 
 

@@ -190,3 +190,15 @@ def test_a_declined_automatic_top_up_fails_with_stripes_message(
     assert failed.state == "failed"
     assert failed.last_error == "Your card has insufficient funds."
     assert balance(tenant) == 0
+
+
+def test_a_payment_for_a_different_amount_is_not_credited(started, fake_stripe, tenant,
+                                                          api_client):
+    _, intent_id = started
+    event = fake_stripe.succeed_payment(intent_id)
+    event["data"]["object"]["amount_received"] = 1000
+
+    answer = deliver(api_client, event).json()
+
+    assert "does not match" in answer["outcome"]
+    assert balance(tenant) == 0 and TopUp.objects.get().state == "created"
