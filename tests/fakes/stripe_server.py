@@ -344,9 +344,12 @@ class FakeStripeServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> FakeStripeServer:
+    def start(self) -> FakeStripeServer:
         self.thread.start()
         return self
+
+    def __enter__(self) -> FakeStripeServer:
+        return self.start()
 
     def __exit__(self, *exc):
         self.httpd.shutdown()

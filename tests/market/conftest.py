@@ -1,5 +1,6 @@
 """Personas and helpers for money tests; after every test the ledger must sum to zero."""
 
+import os
 import threading
 
 import pytest
@@ -69,10 +70,16 @@ def provider_client(provider):
     return client_for(provider, scopes=("read", "provide", "admin"))
 
 
+# One fake Stripe for the whole run, started while conftests load, before any test starts a
+# Celery worker process: the worker inherits these variables and calls the fake too.
+STRIPE_SERVER = FakeStripeServer().start()
+os.environ.update(STRIPE_API_BASE=STRIPE_SERVER.url, STRIPE_API_KEY="sk_test_ibex",
+                  STRIPE_WEBHOOK_SECRET=WEBHOOK_SECRET)
+
+
 @pytest.fixture(scope="session")
 def stripe_server():
-    with FakeStripeServer() as server:
-        yield server
+    return STRIPE_SERVER
 
 
 @pytest.fixture
