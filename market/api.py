@@ -3,6 +3,7 @@ invoices and statements, and the Stripe webhook. Thin: validate, call services, 
 
 from __future__ import annotations
 
+import django_filters
 import stripe
 from django.http import HttpResponse
 from django.template.loader import render_to_string
@@ -18,7 +19,16 @@ from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrTrade, organization_of, scopes_of
 from ibex.api.errors import ApiError
 from market import invoices, money, services, stripe_gateway
-from market.models import ConnectAccount, Entry, Payout, Refund, SpendLimit, TopUp
+from market.models import (
+    Account,
+    ConnectAccount,
+    Entry,
+    LedgerTransaction,
+    Payout,
+    Refund,
+    SpendLimit,
+    TopUp,
+)
 
 REFUSAL_STATUS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "not_refundable": 409,
                   "conflict": 409, "forbidden": 403}
@@ -123,11 +133,26 @@ class EntrySerializer(serializers.ModelSerializer):
                   "memo", "created_at"]
 
 
+class EntryFilter(django_filters.FilterSet):
+    account = django_filters.ChoiceFilter(field_name="account__kind", choices=Account.Kind.choices)
+    cause = django_filters.ChoiceFilter(field_name="transaction__cause",
+                                        choices=LedgerTransaction.Cause.choices)
+    source_type = django_filters.CharFilter(field_name="transaction__source_type")
+    source_id = django_filters.CharFilter(field_name="transaction__source_id")
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = Entry
+        fields = ["account", "cause", "source_type", "source_id", "since", "before"]
+
+
 class EntryViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """Your ledger entries, newest first."""
 
     serializer_class = EntrySerializer
     permission_classes = [ReadOrTrade]
+    filterset_class = EntryFilter
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):

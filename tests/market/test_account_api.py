@@ -50,3 +50,49 @@ def test_a_read_only_key_cannot_change_limits(tenant):
                                                   "spend_limit_per_month": None}, format="json")
     assert response.status_code == 403
     assert Entry.objects.count() == 0
+
+
+def entries(client, **query):
+    return [(e["account"], e["cause"], e["amount"])
+            for e in client.get("/api/v1/account/entries/", query).json()["results"]]
+
+
+def test_entries_filter_by_account_cause_and_source(tenant, tenant_client):
+    from market import services
+
+    grant = fund(tenant, "10.00")
+    hold = services.hold_for_order(tenant=tenant, order_ref="order-1", amount_micros=4_000_000)
+
+    assert entries(tenant_client, account="tenant_held") == [("tenant_held", "hold", "4.00")]
+    assert entries(tenant_client, cause="grant") == [("tenant_available", "grant", "10.00")]
+    assert len(entries(tenant_client, source_type="hold", source_id=str(hold.pk))) == 2
+    assert entries(tenant_client, source_type="credit_grant", source_id=str(grant.pk)) == [
+        ("tenant_available", "grant", "10.00")]
+    assert entries(tenant_client, since="2999-01-01T00:00:00Z") == []
+    assert len(entries(tenant_client, before="2999-01-01T00:00:00Z")) == 3
+
+
+def test_an_unknown_filter_value_is_refused_naming_the_field(tenant_client):
+    response = tenant_client.get("/api/v1/account/entries/", {"cause": "theft"})
+    assert response.status_code == 400 and "cause" in response.json()["error"]["fields"]
+
+
+def test_listing_entries_takes_the_same_queries_for_many_as_for_few(
+        tenant, tenant_client, django_assert_max_num_queries):
+    for _ in range(20):
+        fund(tenant, "1.00")
+    with django_assert_max_num_queries(6):
+        assert len(entries(tenant_client)) == 20
+
+
+def test_bad_money_input_leaves_the_ledger_as_it_was(tenant, tenant_client, fake_stripe):
+    fund(tenant, "10.00")
+    before = Entry.objects.count()
+    for path, body, field in (("/api/v1/account/topups/", {"amount": "-10.00"}, "amount"),
+                              ("/api/v1/account/topups/", {}, "amount"),
+                              ("/api/v1/account/refunds/", {"amount": "0.001"}, "amount"),
+                              ("/api/v1/account/refunds/", {"amount": "1", "to": "x"}, "to")):
+        response = tenant_client.post(path, body, format="json")
+        assert response.status_code == 400, (path, body)
+        assert field in response.json()["error"]["fields"], (path, body)
+    assert Entry.objects.count() == before

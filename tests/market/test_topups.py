@@ -202,3 +202,18 @@ def test_a_payment_for_a_different_amount_is_not_credited(started, fake_stripe, 
 
     assert "does not match" in answer["outcome"]
     assert balance(tenant) == 0 and TopUp.objects.get().state == "created"
+
+
+def test_stripe_is_not_called_when_the_transaction_that_asked_rolls_back(
+        fake_stripe, tenant, django_capture_on_commit_callbacks):
+    from django.db import transaction
+
+    class Abandoned(Exception):
+        pass
+
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        with pytest.raises(Abandoned), transaction.atomic():
+            services.create_top_up(tenant=tenant, amount_micros=20_000_000)
+            raise Abandoned
+
+    assert queued == [] and not fake_stripe.requests and not TopUp.objects.exists()
