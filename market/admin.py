@@ -116,9 +116,29 @@ class UsageRecordAdmin(ReadOnlyAdmin):
 
 @admin.register(TopUp)
 class TopUpAdmin(ReadOnlyAdmin):
-    list_display = ["id", "tenant", "amount_micros", "state", "automatic", "payment_intent_id",
-                    "created_at"]
+    list_display = ["id", "tenant", "amount_micros", "refunded_micros", "state", "automatic",
+                    "payment_intent_id", "created_at"]
     list_filter = ["state", "automatic"]
+    actions = ["refund_unused"]
+
+    @admin.action(description="Refund what is unrefunded, up to the tenant's available balance")
+    def refund_unused(self, request, queryset):
+        for top_up in queryset.select_related("tenant"):
+            available = services.balances_of(top_up.tenant).available_micros
+            amount = min(top_up.amount_micros - top_up.refunded_micros, available)
+            amount -= amount % services.CENT
+            if amount <= 0:
+                self.message_user(request, f"{top_up}: nothing to refund", messages.WARNING)
+                continue
+            try:
+                refund = services.request_refund(tenant=top_up.tenant, amount_micros=amount,
+                                                 top_up=top_up,
+                                                 actor=request.user.get_username())
+            except services.MoneyError as exc:
+                self.message_user(request, f"{top_up}: {exc.message}", messages.WARNING)
+                continue
+            self.message_user(request, f"{top_up}: refunding {money.to_dollars(amount)} USD "
+                              f"(refund {refund.pk})", messages.SUCCESS)
 
 
 @admin.register(Refund)

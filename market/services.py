@@ -500,8 +500,10 @@ def start_automatic_top_ups() -> list[TopUp]:
 
 @transaction.atomic
 def request_refund(*, tenant: Organization, amount_micros: int,
-                   idempotency_key: str | None = None, actor: str = "system") -> Refund:
-    """Return unused available balance to the card of one earlier top-up.
+                   idempotency_key: str | None = None, top_up: TopUp | None = None,
+                   actor: str = "system") -> Refund:
+    """Return unused available balance to the card of one earlier top-up (the given one, else
+    the newest that can take it).
 
     The money leaves the available balance at once (to Stripe clearing); a failed refund
     gives it back.
@@ -516,10 +518,11 @@ def request_refund(*, tenant: Organization, amount_micros: int,
     available = ledger.account(tenant, Kind.TENANT_AVAILABLE)
     clearing = ledger.account(None, Kind.STRIPE_CLEARING)
     ledger.lock([available, clearing])
-    top_up = (TopUp.objects.select_for_update()
-              .filter(tenant=tenant, state=T.SUCCEEDED,
-                      amount_micros__gte=F("refunded_micros") + amount_micros)
-              .order_by("-id").first())
+    candidates = TopUp.objects.select_for_update().filter(
+        tenant=tenant, state=T.SUCCEEDED, amount_micros__gte=F("refunded_micros") + amount_micros)
+    if top_up is not None:
+        candidates = candidates.filter(pk=top_up.pk)
+    top_up = candidates.order_by("-id").first()
     if top_up is None:
         raise MoneyError("no single card top-up can take back this much", code="not_refundable",
                          field="amount")

@@ -93,3 +93,22 @@ def test_a_single_sided_entry_cannot_be_committed(tenant):
                                               actor="mallory")
         Entry.objects.create(transaction=tx, account=available, amount_micros=100)
     assert Entry.objects.count() == 0
+
+
+def test_posting_locks_the_accounts_in_ascending_id_order(tenant, provider):
+    from django.db import connection as conn
+    from django.test.utils import CaptureQueriesContext
+
+    accounts = [ledger.account(provider, Kind.PROVIDER_PAYABLE),
+                ledger.account(None, Kind.PLATFORM_REVENUE),
+                ledger.account(tenant, Kind.TENANT_AVAILABLE),
+                ledger.account(None, Kind.PROMOTIONS)]
+    lines = [Line(accounts[3], -30), Line(accounts[2], 10), Line(accounts[1], 10),
+             Line(accounts[0], 10)]
+
+    with CaptureQueriesContext(conn) as queries:
+        ledger.post(cause="grant", source_type="test", source_id=1, actor="t", lines=lines)
+
+    (locking,) = [q["sql"] for q in queries if "FOR UPDATE" in q["sql"]]
+    assert 'ORDER BY "market_account"."id" ASC' in locking
+    assert locking.index("SELECT") < locking.index("FOR UPDATE")

@@ -103,3 +103,20 @@ def test_the_same_idempotency_key_refunds_once(
     ask_refund(tenant_client, "10.00", django_capture_on_commit_callbacks, key="same")
     ask_refund(tenant_client, "10.00", django_capture_on_commit_callbacks, key="same")
     assert balance(tenant) == 90_000_000 and Refund.objects.count() == 1
+
+
+def test_an_operator_refunds_a_top_up_from_the_admin(
+        paid, fake_stripe, tenant, client, django_capture_on_commit_callbacks):
+    from django.contrib.auth import get_user_model
+
+    services.hold_for_order(tenant=tenant, order_ref="order-1", amount_micros=30_000_000)
+    client.force_login(get_user_model().objects.create_superuser("olga", "o@ibex.example", "pw"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post("/admin/market/topup/", {"action": "refund_unused",
+                                             "_selected_action": [paid.pk]})
+
+    refund = Refund.objects.get()
+    assert (refund.amount_micros, refund.state, refund.top_up_id) == (70_000_000, "succeeded",
+                                                                      paid.pk)
+    assert balance(tenant) == 0 and balance(tenant, Kind.TENANT_HELD) == 30_000_000
