@@ -87,7 +87,7 @@ def stripe_server():
 
 
 @pytest.fixture
-def fake_stripe(stripe_server, settings):
+def fake_stripe(stripe_server, settings, db):
     """The fake Stripe, empty, with IBEX pointed at it; Celery tasks run eagerly."""
     stripe_server.fake.reset()
     settings.STRIPE_API_BASE = stripe_server.url
