@@ -219,3 +219,20 @@ CELERY_BEAT_SCHEDULE.update({
     "mark-unreachable-nodes": {"task": "pool.mark_unreachable_nodes", "schedule": 15.0},
     "verify-burned-in-providers": {"task": "pool.verify_burned_in_providers", "schedule": 60.0},
 })
+
+# --- money (market/) --------------------------------------------------------------------------
+MARKET_COMMISSION_BP = env_int("MARKET_COMMISSION_BP", 1000)  # platform fee: 10 % of usage
+PROVIDER_HOLD_BACK_BP = env_int("PROVIDER_HOLD_BACK_BP", 500)  # of the provider's share
+PAYOUT_MINIMUM_MICROS = env_int("PAYOUT_MINIMUM_MICROS", 25_000_000)
+TOP_UP_MIN_MICROS = env_int("TOP_UP_MIN_MICROS", 5_000_000)
+TOP_UP_MAX_MICROS = env_int("TOP_UP_MAX_MICROS", 10_000_000_000)
+STRIPE_PUBLISHABLE_KEY = os.environ.get("STRIPE_PUBLISHABLE_KEY", "")
+STRIPE_CONNECT_RETURN_URL = os.environ.get("STRIPE_CONNECT_RETURN_URL",
+                                           "https://ibex.example/provider/payouts/done")
+STRIPE_CONNECT_REFRESH_URL = os.environ.get("STRIPE_CONNECT_REFRESH_URL",
+                                            "https://ibex.example/provider/payouts/retry")
+CELERY_BEAT_SCHEDULE.update({
+    "meter-usage": {"task": "market.meter_usage", "schedule": 60.0},
+    "start-automatic-top-ups": {"task": "market.start_automatic_top_ups", "schedule": 60.0},
+    "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
+})

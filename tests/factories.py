@@ -15,3 +15,12 @@ def client_for(org, scopes=("read", "trade", "provide")) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.raw_key}")
     return client
+
+
+def fund(org, dollars: str, reason: str = "test funds"):
+    """Give an organisation available balance through the ledger (a credit grant)."""
+    from market import money
+    from market import services as market
+
+    return market.grant_credit(organization=org, amount_micros=money.to_micros(dollars),
+                               reason=reason, actor="test")

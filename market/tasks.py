@@ -1,0 +1,88 @@
+"""Celery tasks: thin wrappers that call Stripe (outside any transaction) or services."""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from market import services, stripe_gateway
+from market.models import ConnectAccount, Payout, Refund, TopUp
+
+
+@shared_task(name="market.create_payment_intent", autoretry_for=(stripe_gateway.StripeError,),
+             retry_backoff=True, max_retries=5)
+def create_payment_intent(top_up_id: int) -> str:
+    top_up = TopUp.objects.select_related("tenant").get(pk=top_up_id)
+    if top_up.payment_intent_id:
+        return top_up.payment_intent_id
+    try:
+        intent = stripe_gateway.create_payment_intent(top_up)
+    except stripe_gateway.StripeError as exc:
+        if exc.http_status and exc.http_status < 500 and exc.http_status != 429:
+            services.top_up_failed(top_up_id=top_up.pk, error=exc.user_message or str(exc),
+                                   actor="stripe")
+            return "refused"
+        raise
+    services.record_payment_intent(top_up=top_up, payment_intent_id=intent.id,
+                                   client_secret=intent.client_secret)
+    return intent.id
+
+
+@shared_task(name="market.send_refund", autoretry_for=(stripe_gateway.StripeError,),
+             retry_backoff=True, max_retries=5)
+def send_refund(refund_id: int) -> str:
+    refund = Refund.objects.select_related("top_up").get(pk=refund_id)
+    if refund.state != Refund.State.PENDING:
+        return refund.state
+    try:
+        stripe_refund = stripe_gateway.create_refund(refund)
+    except stripe_gateway.StripeError as exc:
+        if exc.http_status and exc.http_status < 500 and exc.http_status != 429:
+            return services.refund_failed(refund_id=refund.pk, error=str(exc.user_message or exc))
+        raise
+    if stripe_refund.status == "succeeded":
+        return services.refund_succeeded(refund_id=refund.pk, stripe_refund_id=stripe_refund.id)
+    return stripe_refund.status
+
+
+@shared_task(name="market.create_connect_account", autoretry_for=(stripe_gateway.StripeError,),
+             retry_backoff=True, max_retries=5)
+def create_connect_account(connect_id: int) -> str:
+    connect = ConnectAccount.objects.select_related("organization").get(pk=connect_id)
+    account_id, url = stripe_gateway.create_connect_account(connect)
+    services.record_connect_account(connect=connect, stripe_account_id=account_id,
+                                    onboarding_url=url)
+    return account_id
+
+
+@shared_task(name="market.send_payout", autoretry_for=(stripe_gateway.StripeError,),
+             retry_backoff=True, max_retries=5)
+def send_payout(payout_id: int) -> str:
+    payout = Payout.objects.select_related("provider__connect_account").get(pk=payout_id)
+    if payout.state != Payout.State.PENDING:
+        return payout.state
+    try:
+        transfer_id, bank_payout_id = stripe_gateway.send_payout(payout)
+    except stripe_gateway.StripeError as exc:
+        if exc.http_status and exc.http_status < 500 and exc.http_status != 429:
+            return services.payout_failed(payout_id=payout.pk, error=str(exc.user_message or exc))
+        raise
+    services.record_payout_ids(payout=payout, transfer_id=transfer_id, payout_id=bank_payout_id)
+    return bank_payout_id
+
+
+@shared_task(name="market.meter_usage")
+def meter_usage() -> int:
+    """Bill the minute that just ended for every running lease (beat: once a minute)."""
+    last_minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
+    return services.meter_minute(minute=last_minute)
+
+
+@shared_task(name="market.schedule_payouts")
+def schedule_payouts() -> int:
+    return len(services.schedule_payouts())
+
+
+@shared_task(name="market.start_automatic_top_ups")
+def start_automatic_top_ups() -> int:
+    return len(services.start_automatic_top_ups())
