@@ -7,6 +7,7 @@ Ctrl-C (SIGINT) or SIGTERM stops the children in order, then the embedded servic
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -75,6 +76,33 @@ def children(host: str, port: int) -> dict[str, list[str]]:
     }
 
 
+def wait_for_web(host: str, port: int, web: subprocess.Popen, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and web.poll() is None:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise ConfigError(f"the web server did not start listening on {host}:{port}")
+
+
+def simulated_agents(host: str, port: int) -> dict[str, list[str]]:
+    """One `ibex-agent simulate` per seeded provider, heartbeating its whole fabric."""
+    credentials = json.loads((var_dir() / "demo" / "credentials.json").read_text())
+    agents = {}
+    for slug, entry in sorted(credentials.items()):
+        if entry["role"] != "provider":
+            continue
+        agents[f"agents:{slug}"] = [
+            sys.executable, "-m", "agent", "simulate", "--api", f"http://{host}:{port}",
+            "--key", entry["key"], "--fabric", entry["fabric"], "--hosts", entry["hosts"],
+            "--gpu-model", entry["gpu_model"], "--gpus", "8", "--quiet",
+            "--control", str(var_dir() / "demo" / f"{slug}-control.json"),
+        ]
+    return agents
+
+
 def stop_children(processes: dict[str, subprocess.Popen]) -> None:
     for process in processes.values():
         if process.poll() is None:
@@ -108,9 +136,16 @@ def main() -> int:
         ))
         preflight(dict(os.environ))
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], check=True)
+        seed = os.environ.get("IBEX_DEMO_SEED", "1") != "0"
+        if seed:
+            subprocess.run([sys.executable, "manage.py", "seed_demo"], check=True)
         for name, argv in children(host, port).items():
             # Own sessions: Ctrl-C reaches only this runner, which stops them in order.
             processes[name] = subprocess.Popen(argv, start_new_session=True)
+        if seed:
+            wait_for_web(host, port, processes["web"])
+            for name, argv in simulated_agents(host, port).items():
+                processes[name] = subprocess.Popen(argv, start_new_session=True)
         print(f"\nIBEX is running at http://{host}:{port}/api/v1/ (docs: /api/v1/docs/, "
               f"readiness: /readyz). Press Ctrl-C to stop.\n", flush=True)
         while True:

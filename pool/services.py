@@ -399,3 +399,13 @@ def offered_gpus():
         node__provider__provider_profile__state=ProviderProfile.State.VERIFIED,
         node__state=S.ACTIVE, node__health=Node.Health.REACHABLE, health=Gpu.Health.OK,
     )
+
+
+def ensure_gpu_catalogue() -> None:
+    """Insert any missing catalogue GPU models (the migration seeds them; tests that flush the
+    database, and the demo, call this)."""
+    from pool.catalogue import GPU_MODELS
+
+    existing = set(GpuModel.objects.values_list("name", flat=True))
+    GpuModel.objects.bulk_create([GpuModel(**row) for row in GPU_MODELS
+                                  if row["name"] not in existing])

@@ -22,9 +22,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 WORKER_START_TIMEOUT_S = 60
 
 
-@pytest.fixture(autouse=True)
-def _plain_http(settings):
-    # Production settings redirect HTTP to HTTPS; the test client speaks plain HTTP.
+@pytest.fixture(autouse=True, scope="session")
+def _plain_http():
+    # Production settings redirect HTTP to HTTPS; the test client and the live server speak
+    # plain HTTP. Session-wide and set before any server builds its middleware.
+    from django.conf import settings
+
     settings.SECURE_SSL_REDIRECT = False
 
 

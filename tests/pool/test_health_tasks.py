@@ -53,6 +53,7 @@ def test_the_next_heartbeat_makes_an_unreachable_node_reachable(registered):
 
 @pytest.mark.django_db(transaction=True)
 def test_two_overlapping_beats_mark_each_silent_node_once(provider, fabric):
+    services.ensure_gpu_catalogue()  # a transactional test starts from a flushed database
     client = client_for(provider)
     from tests.pool.conftest import node_body
 

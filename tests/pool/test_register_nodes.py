@@ -138,3 +138,19 @@ def test_gpu_models_list_the_current_catalogue(api_client, db):
 
     assert {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "B200-180GB",
             "L40S-48GB"} <= set(names)
+
+
+def test_listing_nodes_costs_the_same_queries_for_two_nodes_or_eight(
+        provider_client, fabric):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def list_queries(count):
+        provider_client.post("/api/v1/nodes/bulk/", {"nodes": [
+            node_body(f"node0{n}") for n in range(1, count + 1)
+            if not Node.objects.filter(hostname=f"node0{n}").exists()]}, format="json")
+        with CaptureQueriesContext(connection) as queries:
+            assert len(provider_client.get("/api/v1/nodes/").json()["results"]) == count
+        return len(queries)
+
+    assert list_queries(2) == list_queries(8)
