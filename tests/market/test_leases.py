@@ -106,8 +106,8 @@ def test_the_api_shows_a_tenant_its_lease_and_a_rival_gets_404(provider, tenant)
     body = client_for(tenant).get(f"/api/v1/leases/{lease.pk}/").json()
 
     assert body["state"] == "pending"
-    assert body["gpus"] == [{"node": "hpc-provider-1", "index": 0},
-                            {"node": "hpc-provider-1", "index": 1}]
+    assert body["gpus"] == [{"node": "hpc-provider-01", "index": 0},
+                            {"node": "hpc-provider-01", "index": 1}]
     assert body["price_per_gpu_hour"] == "2.00"
     assert body["locality"] == {"leaves": 1, "spines": 1, "max_hops": 0}
     assert body["events"][0]["to_state"] == "pending"

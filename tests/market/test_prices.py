@@ -37,8 +37,8 @@ def test_a_provider_prices_a_whole_fabric_and_model_at_once(provider_client, pro
 
 
 @pytest.mark.parametrize("scope, count", [
-    ({"node": "hpc-provider-1"}, 8),
-    ({"leaf": "leaf1"}, 16),
+    ({"node": "hpc-provider-01"}, 8),
+    ({"leaf": "leaf01"}, 16),
     ({"fabric": "lab", "gpu_model": "A100-80GB"}, None),
 ])
 def test_a_narrower_scope_prices_only_its_gpus(provider_client, provider, scope, count):
