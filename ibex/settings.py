@@ -180,6 +180,7 @@ SPECTACULAR_SETTINGS = {
         "NodeState": "pool.models.Node.State",
         "NodeHealth": "pool.models.Node.Health",
         "GpuHealth": "pool.models.Gpu.Health",
+        "LocalityLevel": "market.api_trading.LOCALITY_LEVELS",
     },
 }
 
@@ -235,4 +236,8 @@ CELERY_BEAT_SCHEDULE.update({
     "meter-usage": {"task": "market.meter_usage", "schedule": 60.0},
     "start-automatic-top-ups": {"task": "market.start_automatic_top_ups", "schedule": 60.0},
     "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
+})
+CELERY_BEAT_SCHEDULE.update({
+    "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
+                                     "schedule": 5.0},
 })

@@ -2,7 +2,7 @@
 serialize."""
 
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -11,9 +11,9 @@ from rest_framework.response import Response
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.errors import ApiError
-from market import leasing, prices
+from market import leasing, orders, prices
 from market.api import DollarsField
-from market.models import Allocation, GpuPrice, Lease, LeaseEvent
+from market.models import Allocation, GpuPrice, Lease, LeaseEvent, Order
 from market.money import to_dollars
 
 # --- prices -------------------------------------------------------------------------------------
@@ -183,3 +183,140 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             raise ApiError(str(exc), code="gpus_unavailable", status_code=409) from None
         return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
 
+
+
+# --- orders -------------------------------------------------------------------------------------
+
+
+LOCALITY_LEVELS = ["node", "leaf", "spine"]
+
+
+class TopologySerializer(StrictSerializer):
+    required = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
+    preferred = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
+    whole_nodes = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs):
+        if attrs.get("required") and attrs.get("preferred"):
+            raise serializers.ValidationError(
+                {"preferred": ["Give either required or preferred, not both."]})
+        return attrs
+
+
+class StartWindowSerializer(StrictSerializer):
+    earliest = serializers.DateTimeField()
+    latest = serializers.DateTimeField()
+
+    def validate(self, attrs):
+        if attrs["latest"] < attrs["earliest"]:
+            raise serializers.ValidationError({"latest": ["The window ends before it starts."]})
+        return attrs
+
+
+class OrderCreateSerializer(StrictSerializer):
+    gpu_models = serializers.ListField(child=serializers.CharField(max_length=40), min_length=1,
+                                       max_length=10)
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    hours = serializers.IntegerField(min_value=1, max_value=8760)
+    tier = serializers.ChoiceField(choices=Lease.Tier.choices)
+    max_price_per_gpu_hour = DollarsField()
+    topology = TopologySerializer(required=False)
+    start_window = StartWindowSerializer(required=False, allow_null=True, default=None)
+    fill = serializers.ChoiceField(choices=Order.Fill.choices, default=Order.Fill.FILL_OR_KILL)
+
+    def validate_max_price_per_gpu_hour(self, micros):
+        if micros < 0:
+            raise serializers.ValidationError("A limit cannot be negative.")
+        return micros
+
+    def validate(self, attrs):
+        if attrs["tier"] == Lease.Tier.RESERVED and not attrs.get("start_window"):
+            raise serializers.ValidationError(
+                {"start_window": ["A reserved order needs a start window."]})
+        return attrs
+
+    def to_request(self, idempotency_key: str) -> orders.OrderRequest:
+        data = self.validated_data
+        window = data.get("start_window") or {}
+        return orders.OrderRequest(
+            gpu_models=data["gpu_models"], gpus=data["gpus"], hours=data["hours"],
+            tier=data["tier"], max_price_micros=data["max_price_per_gpu_hour"],
+            topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
+            start_latest=window.get("latest"), fill=data["fill"],
+            idempotency_key=idempotency_key,
+        )
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    lease = serializers.PrimaryKeyRelatedField(read_only=True)
+    start_window = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Order
+        fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
+                  "max_price_per_gpu_hour", "topology", "start_window", "fill", "created_at"]
+
+    @extend_schema_field(StartWindowSerializer(allow_null=True))
+    def get_start_window(self, order) -> dict | None:
+        if order.start_earliest is None:
+            return None
+        return {"earliest": order.start_earliest, "latest": order.start_latest}
+
+
+ORDER_REFUSALS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "invalid_state": 409,
+                  "conflict": 409}
+
+
+def order_refusal(exc: orders.OrderError) -> Exception:
+    if exc.field:
+        return serializers.ValidationError({exc.field: [exc.message]})
+    return ApiError(exc.message, code=exc.code, status_code=ORDER_REFUSALS.get(exc.code, 400))
+
+
+class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """A tenant's orders; another organisation's order is a 404."""
+
+    serializer_class = OrderSerializer
+    permission_classes = [ReadOrTrade]
+    filterset_fields = ["state", "tier"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Order.objects.none()
+        org = organization_of(self.request)
+        return Order.objects.all() if org.is_operator else Order.objects.filter(tenant=org)
+
+    @extend_schema(request=OrderCreateSerializer, responses={201: OrderSerializer,
+                                                            200: OrderSerializer},
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                                required=False)],
+                   summary="Place an order: on-demand fills at once; spot and reserved wait "
+                           "for the next clearing")
+    def create(self, request):
+        tenant = organization_of(request)
+        if not tenant.is_tenant:
+            raise PermissionDenied("Only tenants place orders.")
+        key = request.headers.get("Idempotency-Key", "")
+        if len(key) > 100:
+            raise serializers.ValidationError({"Idempotency-Key": ["At most 100 characters."]})
+        replay = bool(key) and Order.objects.filter(tenant=tenant, idempotency_key=key).exists()
+        form = OrderCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            order = orders.place_order(tenant=tenant, request=form.to_request(key),
+                                       actor=request.user.get_username())
+        except orders.OrderError as exc:
+            raise order_refusal(exc) from None
+        return Response(OrderSerializer(order).data,
+                        status=status.HTTP_200_OK if replay else status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=OrderSerializer, summary="Cancel an unfilled order")
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        try:
+            order = orders.cancel_order(order=self.get_object(),
+                                        actor=request.user.get_username())
+        except orders.OrderError as exc:
+            raise order_refusal(exc) from None
+        return Response(OrderSerializer(order).data)

@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from ibex.accounts.models import Organization
 from market.models import Allocation, Lease, LeaseEvent
+from pool import services as pool
+from pool.models import Node
 
 S = Lease.State
 LEASE_TRANSITIONS = {
@@ -56,8 +58,15 @@ def change_lease_state(*, lease: Lease, to_state: str, actor: str, reason: str) 
     locked.state_changed_at = timezone.now()
     locked.save(update_fields=["state", "state_changed_at"])
     if to_state in ENDED:
+        _unbind(locked)
         _release_from(locked, timezone.now())
     return locked
+
+
+def _unbind(lease: Lease) -> None:
+    """Ask the lease's nodes to stop serving it (their next heartbeat answer says so)."""
+    for node in Node.objects.filter(gpus__allocations__lease=lease).distinct():
+        pool.unbind_lease(node=node, lease_ref=f"L-{lease.pk}")
 
 
 def _release_from(lease: Lease, moment: datetime) -> None:

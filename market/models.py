@@ -6,7 +6,7 @@ accounts, payouts and received webhook events. Amounts are integer micro-dollars
 """
 
 from django.contrib.postgres.constraints import ExclusionConstraint
-from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
+from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, RangeOperators
 from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Mod
@@ -509,3 +509,68 @@ class Allocation(models.Model):
 
     def __str__(self):
         return f"gpu {self.gpu_id} for lease {self.lease_id}"
+
+
+# --- orders -------------------------------------------------------------------------------
+
+
+class Order(models.Model):
+    """A tenant's bid for GPUs. Its state changes only through `market.orders`."""
+
+    class State(models.TextChoices):
+        OPEN = "open"
+        RESTING = "resting"
+        FILLED = "filled"
+        REFUSED = "refused"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    class Fill(models.TextChoices):
+        FILL_OR_KILL = "fill_or_kill"
+        REST = "rest"
+
+    tenant = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="orders")
+    idempotency_key = models.CharField(max_length=100, blank=True)
+    gpu_models = ArrayField(models.CharField(max_length=40))
+    gpus = models.PositiveIntegerField()
+    hours = models.PositiveIntegerField()
+    tier = models.CharField(max_length=10, choices=Lease.Tier.choices)
+    max_price_micros = models.BigIntegerField()
+    topology = models.JSONField(default=dict)
+    start_earliest = models.DateTimeField(null=True, blank=True)
+    start_latest = models.DateTimeField(null=True, blank=True)
+    fill = models.CharField(max_length=12, choices=Fill.choices, default=Fill.FILL_OR_KILL)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
+    reason = models.CharField(max_length=500, blank=True)
+    lease = models.OneToOneField(Lease, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="order")
+    created_at = models.DateTimeField(auto_now_add=True)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "idempotency_key"],
+                                    condition=~Q(idempotency_key=""),
+                                    name="order_idempotency_key_unique_per_tenant"),
+            models.CheckConstraint(condition=Q(gpus__gt=0) & Q(hours__gt=0)
+                                   & Q(max_price_micros__gte=0), name="order_quantities_positive"),
+        ]
+        indexes = [models.Index(fields=["tier", "state"])]
+
+    def __str__(self):
+        return f"order {self.pk} ({self.state})"
+
+
+class OrderEvent(models.Model):
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=10, blank=True)
+    to_state = models.CharField(max_length=10)
+    actor = models.CharField(max_length=150)
+    reason = models.CharField(max_length=500)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"order {self.order_id}: {self.from_state} → {self.to_state}"

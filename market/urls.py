@@ -10,6 +10,7 @@ router.register("account/refunds", api.RefundViewSet, basename="refund")
 router.register("account/payouts", api.PayoutViewSet, basename="payout")
 router.register("prices", api_trading.PriceViewSet, basename="price")
 router.register("leases", api_trading.LeaseViewSet, basename="lease")
+router.register("orders", api_trading.OrderViewSet, basename="order")
 
 urlpatterns = [
     path("account/", api.AccountView.as_view(), name="account"),
