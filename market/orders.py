@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from celery import current_app
 from django.db import IntegrityError, transaction
@@ -17,11 +18,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
-from market import leasing
+from market import clearing, leasing
 from market import services as money
 from market.models import Hold, Lease, Order, OrderEvent
 from market.money import divide_rounded
-from market.placement_port import place_gang
+from market.placement_port import make_placer
 from pool.models import Gpu, GpuModel
 from pool.services import offered_gpus
 
@@ -148,16 +149,15 @@ class FreeGpu:
 
 
 def free_priced_gpus(order: Order, start: datetime, end: datetime) -> dict[tuple, list[FreeGpu]]:
-    """(fabric, spine, leaf, hostname) → its free GPUs priced within the order's limit,
-    cheapest first: offered, of an accepted model, for sale over the whole range."""
+    """(fabric, spine, leaf, hostname) → its free priced GPUs, cheapest first: offered, of an
+    accepted model, for sale over the whole range and for this many hours."""
     window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
         Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
     rows = (
         offered_gpus()
-        .filter(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
-                prices__price_micros__lte=order.max_price_micros,
-                prices__min_lease_hours__lte=order.hours)
-        .filter(window)
+        # one filter() call: every condition on `prices` must hold for the same (current) row
+        .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
+                  prices__min_lease_hours__lte=order.hours) & window)
         .exclude(allocations__period__overlap=(start, end))
         .values_list("id", "index", "prices__price_micros", "node__fabric__name",
                      "node__host__spine", "node__host__leaf", "node__hostname")
@@ -170,47 +170,38 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime) -> dict[tuple
     return by_node
 
 
-def _placement_request(order: Order) -> dict:
-    request = {"gpus": order.gpus}
+def bid_for(order: Order) -> clearing.Bid:
     topology = order.topology or {}
-    for key in ("required", "preferred"):
-        if topology.get(key):
-            request[key] = topology[key]
-    if topology.get("whole_nodes"):
-        request["slice"] = {"size": 8, "level": "node"}
-    return request
+    whole = topology.get("whole_nodes")
+    return clearing.Bid(
+        id=str(order.pk), gpus=order.gpus, hours=Decimal(order.hours),
+        limit_micros=order.max_price_micros, gpu_models=frozenset(order.gpu_models),
+        topology=clearing.Topology(required=topology.get("required"),
+                                   preferred=topology.get("preferred"),
+                                   slice_size=8 if whole else None,
+                                   slice_level="node" if whole else None),
+        submitted_at=order.created_at,
+    )
 
 
-def _place_under(by_node: dict, cap: int, request: dict) -> dict:
-    nodes = []
-    for (fabric, spine, leaf, host), gpus in by_node.items():
-        free = sum(1 for g in gpus if g.price_micros <= cap)
-        if free:
-            nodes.append({"name": host, "free_gpus": free, "labels": {
-                "fabric": fabric, "spine": f"{fabric}/{spine}", "leaf": f"{fabric}/{leaf}"}})
-    if not nodes:
-        return {"placed": False, "reason": "no GPU of these models is free at this price"}
-    return place_gang({"levels": LEVELS, "nodes": nodes, "request": request})
+def offers_from(by_node: dict[tuple, list[FreeGpu]], gpu_model_of: dict[str, str]
+                ) -> list[clearing.NodeOffer]:
+    return [
+        clearing.NodeOffer(name=host, gpu_model=gpu_model_of[host],
+                           labels={"fabric": fabric, "spine": f"{fabric}/{spine}",
+                                   "leaf": f"{fabric}/{leaf}"},
+                           reserve_micros=tuple(g.price_micros for g in gpus))
+        for (fabric, spine, leaf, host), gpus in sorted(by_node.items())
+    ]
 
 
-def cheapest_placement(by_node: dict, request: dict) -> tuple[dict, int | None]:
-    """The placement under the lowest price cap that can hold the request (feasibility only
-    grows with the cap, so a binary search over the distinct prices finds it)."""
-    caps = sorted({g.price_micros for gpus in by_node.values() for g in gpus})
-    if not caps:
-        return {"placed": False, "reason": "no GPU of these models is free at this price"}, None
-    best = _place_under(by_node, caps[-1], request)
-    if not best["placed"]:
-        return best, None
-    low, high, best_cap = 0, len(caps) - 1, caps[-1]
-    while low < high:
-        middle = (low + high) // 2
-        attempt = _place_under(by_node, caps[middle], request)
-        if attempt["placed"]:
-            best, best_cap, high = attempt, caps[middle], middle
-        else:
-            low = middle + 1
-    return best, best_cap
+def max_hops(keys: list[tuple]) -> int:
+    """Switch hops between the farthest two chosen nodes: same node 0, leaf 2, spine 4."""
+    if len({k[3] for k in keys}) == 1:
+        return 0
+    if len({(k[0], k[2]) for k in keys}) == 1:
+        return 2
+    return 4 if len({(k[0], k[1]) for k in keys}) == 1 else 6
 
 
 def match_on_demand(*, order: Order, actor: str) -> Order:
@@ -219,12 +210,16 @@ def match_on_demand(*, order: Order, actor: str) -> Order:
         start = timezone.now()
         end = start + timedelta(hours=order.hours)
         by_node = free_priced_gpus(order, start, end)
-        placement, cap = cheapest_placement(by_node, _placement_request(order))
-        if not placement["placed"]:
-            return _not_filled(order, placement["reason"], actor)
-        chosen = _cheapest_gpus(by_node, placement["assignment"], cap)
+        models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
+                      .values_list("node__hostname", "gpu_model__name"))
+        result = clearing.match_on_demand(LEVELS, offers_from(by_node, models),
+                                          [bid_for(order)], make_placer())
+        if result.refused:
+            return _not_filled(order, result.refused[0].reason, actor)
+        match = result.matched[0]
+        chosen = _cheapest_gpus(by_node, match.lines)
         try:
-            lease = _lease_for(order, chosen, placement, start, end, actor)
+            lease = _lease_for(order, chosen, models[chosen[0][0][3]], start, end, actor)
         except leasing.GpusUnavailable:
             continue  # another order took one of them meanwhile: look again
         order.lease = lease
@@ -236,22 +231,23 @@ def match_on_demand(*, order: Order, actor: str) -> Order:
     return _not_filled(order, "the GPUs were taken by other orders; try again", actor)
 
 
-def _cheapest_gpus(by_node: dict, assignment: dict, cap: int) -> list[tuple[tuple, FreeGpu]]:
+def _cheapest_gpus(by_node: dict, lines) -> list[tuple[tuple, FreeGpu]]:
+    """The GPUs the match paid for: on each node, that many GPUs at each posted price."""
+    keys = {key[3]: key for key in by_node}
     chosen = []
-    for key, gpus in by_node.items():
-        wanted = assignment.get(key[3], 0)
-        affordable = [g for g in gpus if g.price_micros <= cap]
-        chosen += [(key, g) for g in affordable[:wanted]]
+    for line in lines:
+        key = keys[line.node]
+        at_price = [g for g in by_node[key] if g.price_micros == line.price_micros]
+        taken = {g.gpu_id for _, g in chosen}
+        chosen += [(key, g) for g in at_price if g.gpu_id not in taken][:line.gpus]
     return chosen
 
 
-def _lease_for(order, chosen, placement, start, end, actor) -> Lease:
+def _lease_for(order, chosen, model, start, end, actor) -> Lease:
     prices = [g.price_micros for _, g in chosen]
-    locality = {"leaves": len({(k[0], k[2]) for k, _ in chosen}),
-                "spines": len({(k[0], k[1]) for k, _ in chosen}),
-                "max_hops": placement.get("max_hops", 0)}
-    model = Gpu.objects.filter(pk=chosen[0][1].gpu_id).values_list("gpu_model__name",
-                                                                   flat=True).get()
+    keys = [k for k, _ in chosen]
+    locality = {"leaves": len({(k[0], k[2]) for k in keys}),
+                "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
     return leasing.create_lease(
         tenant=order.tenant, tier=order.tier, gpu_model=model,
         gpus=[leasing.GpuChoice(g.gpu_id, g.price_micros) for _, g in chosen],

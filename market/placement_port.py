@@ -1,25 +1,23 @@
-"""How the market asks for a placement without importing the scheduler.
+"""How the market asks for placements without importing the scheduler.
 
 The import arrows go scheduler → market, so the market cannot import the placement engine.
-The scheduler app registers its engine here when Django starts (`scheduler/apps.py`); the
-market calls it with the same plain JSON shapes as `python -m scheduler.placement gang`.
+The scheduler app registers its `market.clearing.MakePlacer` here when Django starts
+(`scheduler/apps.py`); matching and clearing call it through `make_placer()`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from market.clearing import MakePlacer
 
-GangPlacer = Callable[[dict], dict]
-_placer: GangPlacer | None = None
-
-
-def register_gang_placer(placer: GangPlacer) -> None:
-    global _placer
-    _placer = placer
+_make_placer: MakePlacer | None = None
 
 
-def place_gang(document: dict) -> dict:
-    """{"levels", "nodes", "request", "profile"} → {"placed", "assignment" | "reason", ...}."""
-    if _placer is None:
+def register_make_placer(factory: MakePlacer) -> None:
+    global _make_placer
+    _make_placer = factory
+
+
+def make_placer() -> MakePlacer:
+    if _make_placer is None:
         raise RuntimeError("no placement engine registered: is the scheduler app installed?")
-    return _placer(document)
+    return _make_placer

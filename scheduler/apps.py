@@ -6,7 +6,7 @@ class SchedulerConfig(AppConfig):
 
     def ready(self):
         # The market asks for placements through a port it owns (it may not import us).
-        from market.placement_port import register_gang_placer
-        from scheduler.placement.cli import run_gang
+        from market.placement_port import register_make_placer
+        from scheduler.market_clearing import IndexPlacer
 
-        register_gang_placer(run_gang)
+        register_make_placer(IndexPlacer)

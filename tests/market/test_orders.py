@@ -73,7 +73,8 @@ def test_gpus_above_the_limit_are_never_sold(provider, tenant_client):
 
     body = response.json()
     assert body["state"] == "refused"
-    assert "free at this price" in body["reason"] or "fit" in body["reason"]
+    assert body["reason"] == ("the cheapest placement needs GPUs at up to 2.50 per GPU-hour, "
+                              "above the limit 2.00")
     assert Lease.objects.count() == 0
     assert Hold.objects.get().state == "closed"
 
@@ -201,3 +202,24 @@ def test_many_tenants_ordering_the_last_gpus_at_once_never_share_one():
     assert outcomes.count("refused") == 16
     gpu_ids = list(Allocation.objects.values_list("gpu_id", flat=True))
     assert len(gpu_ids) == len(set(gpu_ids)) == 16
+
+
+def test_gpus_outside_their_offer_window_or_minimum_length_are_not_sold(provider, tenant_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="test", offered_until=now + timedelta(hours=1))
+    short_window = order(tenant_client, hours=2).json()
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="test", min_lease_hours=4)
+    too_short = order(tenant_client, hours=2).json()
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="test", offered_until=now + timedelta(hours=3))
+    fits = order(tenant_client, hours=2).json()
+
+    assert short_window["state"] == "refused"
+    assert too_short["state"] == "refused"
+    assert fits["state"] == "filled"
