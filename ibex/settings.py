@@ -241,3 +241,11 @@ CELERY_BEAT_SCHEDULE.update({
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
                                      "schedule": 5.0},
 })
+
+# --- market -------------------------------------------------------------------------------------
+AUCTION_INTERVAL_S = env_int("AUCTION_INTERVAL_S", 60)
+PREEMPTION_NOTICE_S = env_int("PREEMPTION_NOTICE_S", 120)
+CELERY_BEAT_SCHEDULE.update({
+    "clear-markets": {"task": "market.clear_markets", "schedule": float(AUCTION_INTERVAL_S)},
+    "end-preempted-leases": {"task": "market.end_preempted_leases", "schedule": 10.0},
+})

@@ -1,20 +1,25 @@
 """REST API for prices (providers) and leases (tenants). Thin: validate, call a service,
 serialize."""
 
-from django.db.models import Prefetch
+from django.db.models import Max, Min, Prefetch
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.errors import ApiError
+from ibex.api.pagination import CursorPagination
 from market import leasing, orders, prices
 from market.api import DollarsField
-from market.models import Allocation, GpuPrice, Lease, LeaseEvent, Order
+from market.models import Allocation, Clearing, GpuPrice, Lease, LeaseEvent, Order
 from market.money import to_dollars
+from pool.models import GpuModel
+from pool.services import offered_gpus
 
 # --- prices -------------------------------------------------------------------------------------
 
@@ -320,3 +325,75 @@ class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         except orders.OrderError as exc:
             raise order_refusal(exc) from None
         return Response(OrderSerializer(order).data)
+
+
+# --- markets ------------------------------------------------------------------------------------
+
+
+class ClearingSerializer(serializers.ModelSerializer):
+    price_per_gpu_hour = serializers.SerializerMethodField()
+    accepted = serializers.SerializerMethodField()
+    refused = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Clearing
+        fields = ["id", "gpu_model", "interval_start", "cleared_at", "price_per_gpu_hour",
+                  "gpus_sold", "accepted", "refused", "exact"]
+
+    def get_price_per_gpu_hour(self, row) -> str | None:
+        return None if row.price_micros is None else to_dollars(row.price_micros)
+
+    def get_accepted(self, row) -> int:
+        return len(row.accepted)
+
+    def get_refused(self, row) -> int:
+        return len(row.refused)
+
+
+class MarketSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    offered_gpus = serializers.IntegerField()
+    free_gpus = serializers.IntegerField()
+    on_demand_min = serializers.CharField(allow_null=True)
+    on_demand_max = serializers.CharField(allow_null=True)
+    last_clearing = ClearingSerializer(allow_null=True)
+
+
+class MarketViewSet(viewsets.ViewSet):
+    """Public market data: per GPU model, offered and free GPUs, posted prices and the
+    latest clearing; `history/` lists every clearing of one market."""
+
+    permission_classes = [AllowAny]
+    lookup_field = "gpu_model"
+    lookup_value_regex = "[A-Za-z0-9.-]+"
+
+    @extend_schema(responses=MarketSerializer(many=True))
+    def list(self, request):
+        return Response([market_summary(m.name) for m in GpuModel.objects.order_by("name")])
+
+    @extend_schema(responses=ClearingSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def history(self, request, gpu_model=None):
+        if not GpuModel.objects.filter(name=gpu_model).exists():
+            raise NotFound(f"No market for {gpu_model}.")
+        rows = Clearing.objects.filter(gpu_model=gpu_model)
+        paginator = CursorPagination()
+        paginator.ordering = "-interval_start"
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(ClearingSerializer(page, many=True).data)
+
+
+def market_summary(gpu_model: str) -> dict:
+    now = timezone.now()
+    offered = offered_gpus().filter(gpu_model__name=gpu_model)
+    priced = GpuPrice.objects.filter(gpu__in=offered, superseded_at__isnull=True).aggregate(
+        low=Min("price_micros"), high=Max("price_micros"))
+    busy = offered.filter(allocations__period__contains=now).distinct().count()
+    total = offered.count()
+    last = Clearing.objects.filter(gpu_model=gpu_model).first()
+    return {
+        "gpu_model": gpu_model, "offered_gpus": total, "free_gpus": total - busy,
+        "on_demand_min": None if priced["low"] is None else to_dollars(priced["low"]),
+        "on_demand_max": None if priced["high"] is None else to_dollars(priced["high"]),
+        "last_clearing": ClearingSerializer(last).data if last else None,
+    }

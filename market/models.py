@@ -574,3 +574,27 @@ class OrderEvent(models.Model):
 
     def __str__(self):
         return f"order {self.order_id}: {self.from_state} → {self.to_state}"
+
+
+class Clearing(models.Model):
+    """One batch-auction clearing of one market (GPU model) for one interval; the unique
+    constraint makes a second clearing of the same interval impossible, even with two beats."""
+
+    gpu_model = models.CharField(max_length=40)
+    interval_start = models.DateTimeField()
+    cleared_at = models.DateTimeField(auto_now_add=True)
+    price_micros = models.BigIntegerField(null=True, blank=True)
+    gpus_sold = models.PositiveIntegerField(default=0)
+    accepted = models.JSONField(default=list, help_text="[{order, lease, gpus, price}]")
+    refused = models.JSONField(default=list, help_text="[{order, reason}]")
+    exact = models.JSONField(null=True, blank=True, help_text="welfare of the exact solution")
+
+    class Meta:
+        ordering = ["-interval_start"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu_model", "interval_start"],
+                                    name="one_clearing_per_market_and_interval"),
+        ]
+
+    def __str__(self):
+        return f"{self.gpu_model} @ {self.interval_start:%Y-%m-%d %H:%M}"

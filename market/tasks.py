@@ -86,3 +86,20 @@ def schedule_payouts() -> int:
 @shared_task(name="market.start_automatic_top_ups")
 def start_automatic_top_ups() -> int:
     return len(services.start_automatic_top_ups())
+
+
+# --- auctions -------------------------------------------------------------------------------------
+
+
+@shared_task(name="market.clear_markets")
+def clear_markets() -> int:
+    from market import auctions
+
+    return len(auctions.clear_markets())
+
+
+@shared_task(name="market.end_preempted_leases")
+def end_preempted_leases() -> list[int]:
+    from market import auctions
+
+    return auctions.end_preempted_leases()

@@ -11,6 +11,7 @@ router.register("account/payouts", api.PayoutViewSet, basename="payout")
 router.register("prices", api_trading.PriceViewSet, basename="price")
 router.register("leases", api_trading.LeaseViewSet, basename="lease")
 router.register("orders", api_trading.OrderViewSet, basename="order")
+router.register("markets", api_trading.MarketViewSet, basename="market")
 
 urlpatterns = [
     path("account/", api.AccountView.as_view(), name="account"),
