@@ -248,4 +248,6 @@ PREEMPTION_NOTICE_S = env_int("PREEMPTION_NOTICE_S", 120)
 CELERY_BEAT_SCHEDULE.update({
     "clear-markets": {"task": "market.clear_markets", "schedule": float(AUCTION_INTERVAL_S)},
     "end-preempted-leases": {"task": "market.end_preempted_leases", "schedule": 10.0},
+    "retry-resting-orders": {"task": "market.retry_resting_orders", "schedule": 15.0},
+    "complete-ended-leases": {"task": "market.complete_ended_leases", "schedule": 30.0},
 })

@@ -105,6 +105,24 @@ def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[
     return lease
 
 
+def complete_ended_leases(*, now: datetime | None = None) -> list[int]:
+    """Leases past their end time complete; each is claimed under its row lock, so
+    overlapping beats complete it once."""
+    now = now or timezone.now()
+    completed = []
+    for lease_id in Lease.objects.filter(state=S.ACTIVE, ends_at__lte=now).values_list(
+            "pk", flat=True):
+        with transaction.atomic():
+            lease = Lease.objects.select_for_update(skip_locked=True).filter(
+                pk=lease_id, state=S.ACTIVE).first()
+            if lease is None:
+                continue
+            change_lease_state(lease=lease, to_state=S.COMPLETED, actor="market",
+                               reason="its end time came")
+            completed.append(lease_id)
+    return completed
+
+
 @transaction.atomic
 def terminate_lease(*, lease: Lease, actor: str, reason: str = "terminated by the tenant") -> Lease:
     return change_lease_state(lease=lease, to_state=S.TERMINATED, actor=actor, reason=reason)

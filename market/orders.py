@@ -259,6 +259,10 @@ def _lease_for(order, chosen, model, start, end, actor) -> Lease:
 
 def _not_filled(order: Order, reason: str, actor: str) -> Order:
     if order.fill == Order.Fill.REST:
+        if order.state == OS.RESTING:  # re-tried and still not fillable: say why, stay
+            Order.objects.filter(pk=order.pk).update(reason=reason)
+            order.reason = reason
+            return order
         return _change_state(order, OS.RESTING, actor, reason)
     _release(order, actor, reason)
     return _change_state(order, OS.REFUSED, actor, reason)
@@ -278,3 +282,19 @@ def cancel_order(*, order: Order, actor: str) -> Order:
     _release(order, actor, "cancelled")
     return _change_state(order, OS.CANCELLED, actor, "cancelled by the tenant")
 
+
+
+def retry_resting_orders(*, actor: str = "market") -> list[int]:
+    """Re-try resting on-demand orders, oldest first (capacity may have freed)."""
+    filled = []
+    resting = Order.objects.filter(state=OS.RESTING, tier=Lease.Tier.ON_DEMAND).order_by(
+        "created_at", "pk").values_list("pk", flat=True)
+    for order_id in resting:
+        with transaction.atomic():
+            order = Order.objects.select_for_update(skip_locked=True).filter(
+                pk=order_id, state=OS.RESTING).first()
+            if order is None:
+                continue  # taken by an overlapping beat, or changed meanwhile
+            if match_on_demand(order=order, actor=actor).state == OS.FILLED:
+                filled.append(order.pk)
+    return filled

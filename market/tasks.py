@@ -103,3 +103,17 @@ def end_preempted_leases() -> list[int]:
     from market import auctions
 
     return auctions.end_preempted_leases()
+
+
+@shared_task(name="market.retry_resting_orders")
+def retry_resting_orders() -> list[int]:
+    from market import orders
+
+    return orders.retry_resting_orders()
+
+
+@shared_task(name="market.complete_ended_leases")
+def complete_ended_leases() -> list[int]:
+    from market import leasing
+
+    return leasing.complete_ended_leases()

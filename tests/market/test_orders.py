@@ -223,3 +223,32 @@ def test_gpus_outside_their_offer_window_or_minimum_length_are_not_sold(provider
     assert short_window["state"] == "refused"
     assert too_short["state"] == "refused"
     assert fits["state"] == "filled"
+
+
+def test_a_resting_order_fills_when_capacity_frees(provider, tenant_client, tenant):
+    from market import leasing, orders
+
+    first = order(tenant_client, gpus=32).json()
+    waiting = order(tenant_client, gpus=8, fill="rest").json()
+    assert waiting["state"] == "resting"
+    assert orders.retry_resting_orders() == []
+
+    leasing.terminate_lease(lease=Lease.objects.get(pk=first["lease"]), actor="acme-ai")
+
+    assert orders.retry_resting_orders() == [waiting["id"]]
+    assert Order.objects.get(pk=waiting["id"]).state == "filled"
+
+
+def test_active_leases_complete_at_their_end_time(provider, tenant_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from market import leasing
+
+    lease = Lease.objects.get(pk=order(tenant_client).json()["lease"])
+    Lease.objects.filter(pk=lease.pk).update(state="active")
+
+    assert leasing.complete_ended_leases(now=timezone.now()) == []
+    assert leasing.complete_ended_leases(now=lease.ends_at + timedelta(seconds=1)) == [lease.pk]
+    assert Lease.objects.get(pk=lease.pk).state == "completed"
