@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
+from ibex.db import analyze_after_bulk_load
 from market.models import GpuPrice
 from pool.models import Gpu
 
@@ -73,6 +74,7 @@ def set_prices(*, provider: Organization, scope: dict, price_micros: int, actor:
                  offered_until=offered_until, min_lease_hours=min_lease_hours, set_by=actor)
         for gpu_id in gpu_ids
     ], batch_size=5000)
+    analyze_after_bulk_load(GpuPrice, rows=len(gpu_ids))
     return PriceChange(gpus_priced=len(gpu_ids), price_micros=price_micros)
 
 
