@@ -21,6 +21,7 @@ from fabric.slurm import parse_slurm_topology
 from fabric.spec import FabricSpec
 from fabric.topology import bandwidth_inputs
 from ibex.accounts.models import Organization
+from ibex.db import analyze_after_bulk_load
 
 FORMATS = ("ibnetdiscover", "slurm")
 BATCH = 5000
@@ -85,6 +86,7 @@ def save_fabric(*, owner: Organization, name: str, spec: FabricSpec, source: str
     _save_switches(fabric, spec, levels.tiers)
     host_ids = _save_hosts(fabric, spec, levels.nodes, host_gbps)
     _save_ports_and_links(fabric, spec, host_ids)
+    analyze_after_bulk_load(Switch, Host, Hca, Link, Port, rows=len(spec.links))
     return ImportResult(fabric=fabric, created=created, summary=summary)
 
 

@@ -146,6 +146,9 @@ def main() -> int:
             wait_for_web(host, port, processes["web"])
             for name, argv in simulated_agents(host, port).items():
                 processes[name] = subprocess.Popen(argv, start_new_session=True)
+            processes["tenants"] = subprocess.Popen(
+                [sys.executable, "manage.py", "simulate_tenants", "--api",
+                 f"http://{host}:{port}"], start_new_session=True)
         print(f"\nIBEX is running at http://{host}:{port}/api/v1/ (docs: /api/v1/docs/, "
               f"readiness: /readyz). Press Ctrl-C to stop.\n", flush=True)
         while True:

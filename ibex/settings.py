@@ -180,6 +180,7 @@ SPECTACULAR_SETTINGS = {
         "NodeState": "pool.models.Node.State",
         "NodeHealth": "pool.models.Node.Health",
         "GpuHealth": "pool.models.Gpu.Health",
+        "LocalityLevel": "market.api_trading.LOCALITY_LEVELS",
     },
 }
 
@@ -235,4 +236,18 @@ CELERY_BEAT_SCHEDULE.update({
     "meter-usage": {"task": "market.meter_usage", "schedule": 60.0},
     "start-automatic-top-ups": {"task": "market.start_automatic_top_ups", "schedule": 60.0},
     "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
+})
+CELERY_BEAT_SCHEDULE.update({
+    "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
+                                     "schedule": 5.0},
+})
+
+# --- market -------------------------------------------------------------------------------------
+AUCTION_INTERVAL_S = env_int("AUCTION_INTERVAL_S", 60)
+PREEMPTION_NOTICE_S = env_int("PREEMPTION_NOTICE_S", 120)
+CELERY_BEAT_SCHEDULE.update({
+    "clear-markets": {"task": "market.clear_markets", "schedule": float(AUCTION_INTERVAL_S)},
+    "end-preempted-leases": {"task": "market.end_preempted_leases", "schedule": 10.0},
+    "retry-resting-orders": {"task": "market.retry_resting_orders", "schedule": 15.0},
+    "complete-ended-leases": {"task": "market.complete_ended_leases", "schedule": 30.0},
 })

@@ -86,3 +86,34 @@ def schedule_payouts() -> int:
 @shared_task(name="market.start_automatic_top_ups")
 def start_automatic_top_ups() -> int:
     return len(services.start_automatic_top_ups())
+
+
+# --- auctions -------------------------------------------------------------------------------------
+
+
+@shared_task(name="market.clear_markets")
+def clear_markets() -> int:
+    from market import auctions
+
+    return len(auctions.clear_markets())
+
+
+@shared_task(name="market.end_preempted_leases")
+def end_preempted_leases() -> list[int]:
+    from market import auctions
+
+    return auctions.end_preempted_leases()
+
+
+@shared_task(name="market.retry_resting_orders")
+def retry_resting_orders() -> list[int]:
+    from market import orders
+
+    return orders.retry_resting_orders()
+
+
+@shared_task(name="market.complete_ended_leases")
+def complete_ended_leases() -> list[int]:
+    from market import leasing
+
+    return leasing.complete_ended_leases()

@@ -1,13 +1,17 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from market import api
+from market import api, api_trading
 
 router = SimpleRouter()
 router.register("account/entries", api.EntryViewSet, basename="entry")
 router.register("account/topups", api.TopUpViewSet, basename="topup")
 router.register("account/refunds", api.RefundViewSet, basename="refund")
 router.register("account/payouts", api.PayoutViewSet, basename="payout")
+router.register("prices", api_trading.PriceViewSet, basename="price")
+router.register("leases", api_trading.LeaseViewSet, basename="lease")
+router.register("orders", api_trading.OrderViewSet, basename="order")
+router.register("markets", api_trading.MarketViewSet, basename="market")
 
 urlpatterns = [
     path("account/", api.AccountView.as_view(), name="account"),

@@ -18,6 +18,7 @@ from django.utils import timezone
 from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
 from ibex.accounts.models import Organization, ProviderProfile
+from ibex.db import analyze_after_bulk_load
 from pool.models import Binding, Gpu, GpuModel, HealthEvent, Node, NodeStateChange
 
 TOKEN_PREFIX = "ibexnode"
@@ -156,6 +157,7 @@ def _create_nodes(provider, specs, fabrics, hosts, models) -> list[RegisteredNod
                                        actor=provider.slug, reason="registered"))
     Gpu.objects.bulk_create(gpus, batch_size=5000)
     NodeStateChange.objects.bulk_create(changes, batch_size=5000)
+    analyze_after_bulk_load(Node, Gpu, rows=len(gpus))
     return [RegisteredNode(node=n, gpus=g, token=t)
             for n, g, t in zip(nodes, per_node, tokens, strict=True)]
 

@@ -3,3 +3,10 @@ from django.apps import AppConfig
 
 class SchedulerConfig(AppConfig):
     name = "scheduler"
+
+    def ready(self):
+        # The market asks for placements through a port it owns (it may not import us).
+        from market.placement_port import register_make_placer
+        from scheduler.market_clearing import IndexPlacer
+
+        register_make_placer(IndexPlacer)

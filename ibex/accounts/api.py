@@ -19,13 +19,15 @@ from ibex.accounts.permissions import organization_of, scopes_of
 
 
 class StrictSerializer(serializers.Serializer):
-    """Rejects unknown fields, naming them, instead of silently ignoring them."""
+    """Rejects unknown fields, naming them, instead of silently ignoring them (nested too)."""
 
-    def validate(self, attrs):
-        unknown = set(getattr(self, "initial_data", {}) or {}) - set(self.fields)
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
-        return attrs
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = set(data) - set(self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["Unknown field."] for name in sorted(unknown)})
+        return super().to_internal_value(data)
 
 
 class WhoAmISerializer(serializers.Serializer):

@@ -1,4 +1,5 @@
-"""Seed a demonstration exchange: two verified providers with fabrics, a tenant, an operator.
+"""Seed a demonstration exchange: two verified providers with fabrics, registered and priced
+nodes, three funded tenants and an operator.
 
 Idempotent: a second run reuses what exists. The raw API keys are written, for this local
 demo only, to var/demo/credentials.json, which `make demo` reads to start simulated agents.
@@ -11,18 +12,24 @@ from django.db import transaction
 
 from fabric import generators
 from fabric import services as fabric_services
-from fabric.models import Fabric
+from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
 from ibex.accounts.models import Organization, ProviderProfile
 from ibex.runtime import var_dir
+from market import prices
+from market import services as money
+from pool import services as pool
+from pool.models import Node
 
 PROVIDERS = [
-    # slug, fabric, GPU model, hosts expression, generator arguments
+    # slug, fabric, GPU model, hosts expression, generator arguments, price per GPU-hour
     ("hpc-one", "hpc-one-h100", "H100-80GB", "h100-[01-64]",
-     {"nodes": 64, "radix": 8, "tiers": 3, "prefix": "h100-", "rate_gbps": 400}),
+     {"nodes": 64, "radix": 8, "tiers": 3, "prefix": "h100-", "rate_gbps": 400}, 2_490_000),
     ("campus-gpus", "campus-a100", "A100-80GB", "a100-[01-16]",
-     {"nodes": 16, "radix": 8, "tiers": 2, "prefix": "a100-", "rate_gbps": 200}),
+     {"nodes": 16, "radix": 8, "tiers": 2, "prefix": "a100-", "rate_gbps": 200}, 1_290_000),
 ]
+TENANTS = ["acme-ai", "beta-labs", "gamma-uni"]
+TENANT_CREDIT_MICROS = 50_000 * 1_000_000
 KEY_SCOPES = {"provider": ["read", "provide"], "tenant": ["read", "trade"],
               "operator": ["read", "trade", "provide", "admin"]}
 
@@ -35,7 +42,7 @@ class Command(BaseCommand):
         path.parent.mkdir(parents=True, exist_ok=True)
         credentials = json.loads(path.read_text()) if path.exists() else {}
         with transaction.atomic():
-            for slug, fabric_name, model, hosts, shape in PROVIDERS:
+            for slug, fabric_name, model, hosts, shape, price in PROVIDERS:
                 org = self._org(slug, "provider")
                 if not Fabric.objects.filter(name=fabric_name).exists():
                     spec = generators.fat_tree(shape["nodes"], shape["radix"], tiers=shape["tiers"],
@@ -43,12 +50,27 @@ class Command(BaseCommand):
                                                rate_gbps=shape["rate_gbps"])
                     fabric_services.save_fabric(owner=org, name=fabric_name, spec=spec,
                                                 source="generator")
+                if not Node.objects.filter(provider=org).exists():
+                    hostnames = Host.objects.filter(fabric__name=fabric_name).values_list(
+                        "name", flat=True)
+                    pool.register_nodes(provider=org, specs=[
+                        pool.NodeSpec(hostname=host, fabric=fabric_name, gpu_model=model,
+                                      gpu_count=8, cpu_cores=128, memory_gib=2048)
+                        for host in hostnames])
+                    prices.set_prices(provider=org, scope={"fabric": fabric_name},
+                                      price_micros=price, actor="demo seed")
                 if org.provider_profile.state == ProviderProfile.State.PENDING:
                     accounts.change_provider_state(organization=org, to_state="verified",
                                                    actor="demo seed", reason="demonstration")
                 entry = self._credentials(credentials, org, "provider")
-                entry.update({"fabric": fabric_name, "gpu_model": model, "hosts": hosts})
-            self._credentials(credentials, self._org("acme-ai", "tenant"), "tenant")
+                entry.update({"fabric": fabric_name, "gpu_model": model, "hosts": hosts,
+                              "price_micros": price})
+            for slug in TENANTS:
+                tenant = self._org(slug, "tenant")
+                self._credentials(credentials, tenant, "tenant")
+                if money.balances_of(tenant).available_micros == 0:
+                    money.grant_credit(organization=tenant, amount_micros=TENANT_CREDIT_MICROS,
+                                       reason="demo credit", actor="demo seed")
             self._credentials(credentials, self._org("ibex-ops", "operator"), "operator")
         path.write_text(json.dumps(credentials, indent=2))
         path.chmod(0o600)

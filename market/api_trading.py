@@ -1,0 +1,399 @@
+"""REST API for prices (providers) and leases (tenants). Thin: validate, call a service,
+serialize."""
+
+from django.db.models import Max, Min, Prefetch
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+
+from ibex.accounts.api import StrictSerializer
+from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
+from ibex.api.errors import ApiError
+from ibex.api.pagination import CursorPagination
+from market import leasing, orders, prices
+from market.api import DollarsField
+from market.models import Allocation, Clearing, GpuPrice, Lease, LeaseEvent, Order
+from market.money import to_dollars
+from pool.models import GpuModel
+from pool.services import offered_gpus
+
+# --- prices -------------------------------------------------------------------------------------
+
+
+class PriceScopeSerializer(StrictSerializer):
+    fabric = serializers.CharField(max_length=100, required=False)
+    gpu_model = serializers.CharField(max_length=40, required=False)
+    node = serializers.CharField(max_length=200, required=False,
+                                 help_text="a node's id or hostname")
+    leaf = serializers.CharField(max_length=200, required=False)
+    gpu = serializers.IntegerField(min_value=1, required=False)
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        if not attrs:
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"Name at least one of {', '.join(prices.SCOPE_KEYS)}."]})
+        return attrs
+
+
+class PriceChangeSerializer(StrictSerializer):
+    scope = PriceScopeSerializer()
+    price_per_gpu_hour = DollarsField()
+    offered_from = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    offered_until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    min_lease_hours = serializers.IntegerField(min_value=1, max_value=8760, default=1)
+
+    def validate_price_per_gpu_hour(self, micros):
+        if micros < 0:
+            raise serializers.ValidationError("A price cannot be negative.")
+        if micros > 1_000 * 1_000_000:
+            raise serializers.ValidationError("At most 1000.00 per GPU-hour.")
+        return micros
+
+
+class PriceChangeResultSerializer(serializers.Serializer):
+    gpus_priced = serializers.IntegerField()
+    price_per_gpu_hour = DollarsField()
+
+
+class GpuPriceSerializer(serializers.ModelSerializer):
+    price_per_gpu_hour = DollarsField(source="price_micros")
+    current = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuPrice
+        fields = ["id", "gpu", "price_per_gpu_hour", "offered_from", "offered_until",
+                  "min_lease_hours", "set_by", "set_at", "superseded_at", "current"]
+
+    def get_current(self, price) -> bool:
+        return price.superseded_at is None
+
+
+class PriceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Providers' prices: every change is kept; `?gpu=ID` gives one GPU's history,
+    `?current=true` only the prices in force."""
+
+    serializer_class = GpuPriceSerializer
+    permission_classes = [ReadOrProvide]
+    filterset_fields = ["gpu"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return GpuPrice.objects.none()
+        rows = GpuPrice.objects.filter(gpu__node__provider=organization_of(self.request))
+        if self.request.query_params.get("current") == "true":
+            rows = rows.filter(superseded_at__isnull=True)
+        return rows
+
+    @extend_schema(request=PriceChangeSerializer, responses={201: PriceChangeResultSerializer},
+                   summary="Price one GPU, or all of a node, model, leaf or fabric at once")
+    def create(self, request):
+        provider = organization_of(request)
+        if not provider.is_provider:
+            raise PermissionDenied("Only providers set prices.")
+        form = PriceChangeSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        try:
+            change = prices.set_prices(
+                provider=provider, scope=data["scope"], price_micros=data["price_per_gpu_hour"],
+                offered_from=data["offered_from"], offered_until=data["offered_until"],
+                min_lease_hours=data["min_lease_hours"], actor=request.user.get_username())
+        except prices.PriceError as exc:
+            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        return Response({"gpus_priced": change.gpus_priced,
+                         "price_per_gpu_hour": to_dollars(change.price_micros)},
+                        status=status.HTTP_201_CREATED)
+
+
+# --- leases -------------------------------------------------------------------------------------
+
+
+class LeaseEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = LeaseEvent
+        fields = ["at", "kind", "from_state", "to_state", "actor", "reason"]
+
+
+class LeaseGpuSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    index = serializers.IntegerField()
+
+
+class LeaseSerializer(serializers.ModelSerializer):
+    price_per_gpu_hour = DollarsField(source="price_micros")
+    max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    gpus = serializers.SerializerMethodField()
+    events = LeaseEventSerializer(many=True)
+
+    class Meta:
+        model = Lease
+        fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
+                  "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
+                  "preempt_at", "created_at", "events"]
+
+    @extend_schema_field(LeaseGpuSerializer(many=True))
+    def get_gpus(self, lease) -> list[dict]:
+        return [{"node": a.gpu.node.hostname, "index": a.gpu.index}
+                for a in lease.allocations.all()]
+
+
+class ExtendSerializer(StrictSerializer):
+    hours = serializers.IntegerField(min_value=1, max_value=8760)
+
+
+class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """A tenant's leases (operators see all); another organisation's lease is a 404."""
+
+    serializer_class = LeaseSerializer
+    permission_classes = [ReadOrTrade]
+    filterset_fields = ["state", "tier", "gpu_model"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Lease.objects.none()
+        org = organization_of(self.request)
+        leases = Lease.objects.prefetch_related(
+            "events", Prefetch("allocations", queryset=Allocation.objects.select_related(
+                "gpu__node").order_by("gpu__node__hostname", "gpu__index")))
+        return leases if org.is_operator else leases.filter(tenant=org)
+
+    @extend_schema(request=None, responses=LeaseSerializer, summary="End the lease now")
+    @action(detail=True, methods=["post"])
+    def terminate(self, request, pk=None):
+        lease = self.get_object()
+        try:
+            leasing.terminate_lease(lease=lease, actor=request.user.get_username())
+        except leasing.LeaseTransitionError as exc:
+            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
+        return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
+
+    @extend_schema(request=ExtendSerializer, responses=LeaseSerializer,
+                   summary="Extend the lease when its GPUs stay free")
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        lease = self.get_object()
+        form = ExtendSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            leasing.extend_lease(lease=lease, hours=form.validated_data["hours"],
+                                 actor=request.user.get_username())
+        except leasing.LeaseTransitionError as exc:
+            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
+        except leasing.GpusUnavailable as exc:
+            raise ApiError(str(exc), code="gpus_unavailable", status_code=409) from None
+        return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
+
+
+
+# --- orders -------------------------------------------------------------------------------------
+
+
+LOCALITY_LEVELS = ["node", "leaf", "spine"]
+
+
+class TopologySerializer(StrictSerializer):
+    required = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
+    preferred = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
+    whole_nodes = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs):
+        if attrs.get("required") and attrs.get("preferred"):
+            raise serializers.ValidationError(
+                {"preferred": ["Give either required or preferred, not both."]})
+        return attrs
+
+
+class StartWindowSerializer(StrictSerializer):
+    earliest = serializers.DateTimeField()
+    latest = serializers.DateTimeField()
+
+    def validate(self, attrs):
+        if attrs["latest"] < attrs["earliest"]:
+            raise serializers.ValidationError({"latest": ["The window ends before it starts."]})
+        return attrs
+
+
+class OrderCreateSerializer(StrictSerializer):
+    gpu_models = serializers.ListField(child=serializers.CharField(max_length=40), min_length=1,
+                                       max_length=10)
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    hours = serializers.IntegerField(min_value=1, max_value=8760)
+    tier = serializers.ChoiceField(choices=Lease.Tier.choices)
+    max_price_per_gpu_hour = DollarsField()
+    topology = TopologySerializer(required=False)
+    start_window = StartWindowSerializer(required=False, allow_null=True, default=None)
+    fill = serializers.ChoiceField(choices=Order.Fill.choices, default=Order.Fill.FILL_OR_KILL)
+
+    def validate_max_price_per_gpu_hour(self, micros):
+        if micros < 0:
+            raise serializers.ValidationError("A limit cannot be negative.")
+        return micros
+
+    def validate(self, attrs):
+        if attrs["tier"] == Lease.Tier.RESERVED and not attrs.get("start_window"):
+            raise serializers.ValidationError(
+                {"start_window": ["A reserved order needs a start window."]})
+        return attrs
+
+    def to_request(self, idempotency_key: str) -> orders.OrderRequest:
+        data = self.validated_data
+        window = data.get("start_window") or {}
+        return orders.OrderRequest(
+            gpu_models=data["gpu_models"], gpus=data["gpus"], hours=data["hours"],
+            tier=data["tier"], max_price_micros=data["max_price_per_gpu_hour"],
+            topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
+            start_latest=window.get("latest"), fill=data["fill"],
+            idempotency_key=idempotency_key,
+        )
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    lease = serializers.PrimaryKeyRelatedField(read_only=True)
+    start_window = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Order
+        fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
+                  "max_price_per_gpu_hour", "topology", "start_window", "fill", "created_at"]
+
+    @extend_schema_field(StartWindowSerializer(allow_null=True))
+    def get_start_window(self, order) -> dict | None:
+        if order.start_earliest is None:
+            return None
+        return {"earliest": order.start_earliest, "latest": order.start_latest}
+
+
+ORDER_REFUSALS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "invalid_state": 409,
+                  "conflict": 409}
+
+
+def order_refusal(exc: orders.OrderError) -> Exception:
+    if exc.field:
+        return serializers.ValidationError({exc.field: [exc.message]})
+    return ApiError(exc.message, code=exc.code, status_code=ORDER_REFUSALS.get(exc.code, 400))
+
+
+class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """A tenant's orders; another organisation's order is a 404."""
+
+    serializer_class = OrderSerializer
+    permission_classes = [ReadOrTrade]
+    filterset_fields = ["state", "tier"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Order.objects.none()
+        org = organization_of(self.request)
+        return Order.objects.all() if org.is_operator else Order.objects.filter(tenant=org)
+
+    @extend_schema(request=OrderCreateSerializer, responses={201: OrderSerializer,
+                                                            200: OrderSerializer},
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                                required=False)],
+                   summary="Place an order: on-demand fills at once; spot and reserved wait "
+                           "for the next clearing")
+    def create(self, request):
+        tenant = organization_of(request)
+        if not tenant.is_tenant:
+            raise PermissionDenied("Only tenants place orders.")
+        key = request.headers.get("Idempotency-Key", "")
+        if len(key) > 100:
+            raise serializers.ValidationError({"Idempotency-Key": ["At most 100 characters."]})
+        replay = bool(key) and Order.objects.filter(tenant=tenant, idempotency_key=key).exists()
+        form = OrderCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            order = orders.place_order(tenant=tenant, request=form.to_request(key),
+                                       actor=request.user.get_username())
+        except orders.OrderError as exc:
+            raise order_refusal(exc) from None
+        return Response(OrderSerializer(order).data,
+                        status=status.HTTP_200_OK if replay else status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=OrderSerializer, summary="Cancel an unfilled order")
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        try:
+            order = orders.cancel_order(order=self.get_object(),
+                                        actor=request.user.get_username())
+        except orders.OrderError as exc:
+            raise order_refusal(exc) from None
+        return Response(OrderSerializer(order).data)
+
+
+# --- markets ------------------------------------------------------------------------------------
+
+
+class ClearingSerializer(serializers.ModelSerializer):
+    price_per_gpu_hour = serializers.SerializerMethodField()
+    accepted = serializers.SerializerMethodField()
+    refused = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Clearing
+        fields = ["id", "gpu_model", "interval_start", "cleared_at", "price_per_gpu_hour",
+                  "gpus_sold", "accepted", "refused", "exact"]
+
+    def get_price_per_gpu_hour(self, row) -> str | None:
+        return None if row.price_micros is None else to_dollars(row.price_micros)
+
+    def get_accepted(self, row) -> int:
+        return len(row.accepted)
+
+    def get_refused(self, row) -> int:
+        return len(row.refused)
+
+
+class MarketSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    offered_gpus = serializers.IntegerField()
+    free_gpus = serializers.IntegerField()
+    on_demand_min = serializers.CharField(allow_null=True)
+    on_demand_max = serializers.CharField(allow_null=True)
+    last_clearing = ClearingSerializer(allow_null=True)
+
+
+class MarketViewSet(viewsets.ViewSet):
+    """Public market data: per GPU model, offered and free GPUs, posted prices and the
+    latest clearing; `history/` lists every clearing of one market."""
+
+    permission_classes = [AllowAny]
+    lookup_field = "gpu_model"
+    lookup_value_regex = "[A-Za-z0-9.-]+"
+
+    @extend_schema(responses=MarketSerializer(many=True))
+    def list(self, request):
+        return Response([market_summary(m.name) for m in GpuModel.objects.order_by("name")])
+
+    @extend_schema(responses=ClearingSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def history(self, request, gpu_model=None):
+        if not GpuModel.objects.filter(name=gpu_model).exists():
+            raise NotFound(f"No market for {gpu_model}.")
+        rows = Clearing.objects.filter(gpu_model=gpu_model)
+        paginator = CursorPagination()
+        paginator.ordering = "-interval_start"
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(ClearingSerializer(page, many=True).data)
+
+
+def market_summary(gpu_model: str) -> dict:
+    now = timezone.now()
+    offered = offered_gpus().filter(gpu_model__name=gpu_model)
+    priced = GpuPrice.objects.filter(gpu__in=offered, superseded_at__isnull=True).aggregate(
+        low=Min("price_micros"), high=Max("price_micros"))
+    busy = offered.filter(allocations__period__contains=now).distinct().count()
+    total = offered.count()
+    last = Clearing.objects.filter(gpu_model=gpu_model).first()
+    return {
+        "gpu_model": gpu_model, "offered_gpus": total, "free_gpus": total - busy,
+        "on_demand_min": None if priced["low"] is None else to_dollars(priced["low"]),
+        "on_demand_max": None if priced["high"] is None else to_dollars(priced["high"]),
+        "last_clearing": ClearingSerializer(last).data if last else None,
+    }

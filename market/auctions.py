@@ -1,0 +1,195 @@
+"""Frequent batch auctions: each interval, per market (GPU model), clear the resting spot and
+reserved orders together with `market.clearing`, turn winners into leases at the uniform
+price, and give running spot leases priced out a preemption notice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from market import clearing, leasing
+from market.models import Clearing, Lease, Order
+from market.orders import (
+    LEVELS,
+    OS,
+    FreeGpu,
+    _change_state,
+    bid_for,
+    free_priced_gpus,
+    max_hops,
+    offers_from,
+)
+from market.placement_port import make_placer
+from pool.models import Gpu
+
+AUCTION_TIERS = (Lease.Tier.SPOT, Lease.Tier.RESERVED)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def interval_start(now: datetime, interval_s: int) -> datetime:
+    seconds = int((now - EPOCH).total_seconds())
+    return EPOCH + timedelta(seconds=seconds - seconds % interval_s)
+
+
+def markets_with_bids() -> list[str]:
+    models = set()
+    for names in Order.objects.filter(state=OS.RESTING, tier__in=AUCTION_TIERS).values_list(
+            "gpu_models", flat=True):
+        models.update(names)
+    return sorted(models)
+
+
+def clear_markets(*, now: datetime | None = None) -> list[Clearing]:
+    """Clear every market with resting bids, once per interval."""
+    now = now or timezone.now()
+    start = interval_start(now, settings.AUCTION_INTERVAL_S)
+    done = []
+    for model in markets_with_bids():
+        cleared = clear_market(gpu_model=model, interval=start, now=now)
+        if cleared is not None:
+            done.append(cleared)
+    return done
+
+
+@transaction.atomic
+def clear_market(*, gpu_model: str, interval: datetime, now: datetime) -> Clearing | None:
+    try:
+        with transaction.atomic():
+            record = Clearing.objects.create(gpu_model=gpu_model, interval_start=interval)
+    except IntegrityError:
+        return None  # another beat cleared this market for this interval
+    orders = list(Order.objects.select_for_update(skip_locked=True).filter(
+        state=OS.RESTING, tier__in=AUCTION_TIERS, gpu_models__contains=[gpu_model]))
+    orders = [o for o in orders if not _expired(o, now)]
+    if orders:
+        _clear(record, orders, gpu_model, now)
+    return record
+
+
+def _expired(order: Order, now: datetime) -> bool:
+    if order.tier == Lease.Tier.RESERVED and order.start_latest and order.start_latest < now:
+        from market.orders import _release
+
+        _release(order, "market", "its start window passed")
+        _change_state(order, OS.EXPIRED, "market", "its start window passed unfilled")
+        return True
+    return False
+
+
+def _starts_at(order: Order, now: datetime) -> datetime:
+    if order.tier == Lease.Tier.RESERVED and order.start_earliest and order.start_earliest > now:
+        return order.start_earliest
+    return now
+
+
+def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime) -> None:
+    # Capacity: GPUs free from now to the farthest end any bid needs (conservative: a GPU
+    # counted here is free for every bid's range).
+    horizon = max(_starts_at(o, now) + timedelta(hours=o.hours) for o in orders)
+    probe = Order(gpu_models=[gpu_model], hours=1)
+    by_node = free_priced_gpus(probe, now, horizon)
+    models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
+                  .values_list("node__hostname", "gpu_model__name"))
+    by_id = {str(o.pk): o for o in orders}
+    market = clearing.clear_market(LEVELS, offers_from(by_node, models),
+                                   [bid_for(o) for o in orders], make_placer(),
+                                   gpu_model=gpu_model)
+    keys = {key[3]: key for key in by_node}
+    accepted = []
+    for won in market.accepted:
+        order = by_id[won.bid.id]
+        chosen = _gpus_taken(by_node, keys, won.reserves_micros)
+        lease = _lease(order, chosen, won.price_micros, now)
+        order.lease = lease
+        _change_state(order, OS.FILLED, "market", f"won at {won.price_micros} µ$/GPU-hour")
+        accepted.append({"order": order.pk, "lease": lease.pk, "gpus": order.gpus,
+                         "price_micros": won.price_micros})
+    refused = []
+    for lost in market.refused:
+        order = by_id[lost.bid.id]
+        Order.objects.filter(pk=order.pk).update(reason=lost.reason)
+        refused.append({"order": order.pk, "reason": lost.reason})
+    record.price_micros = market.clearing_price_micros
+    record.gpus_sold = sum(a["gpus"] for a in accepted)
+    record.accepted, record.refused = accepted, refused
+    if market.exact is not None:
+        record.exact = {"welfare": str(market.exact.welfare),
+                        "greedy_welfare": str(market.exact.greedy_welfare),
+                        "gap": str(market.exact.gap), "optimal": market.exact.optimal}
+    record.save()
+    if record.price_micros is not None:
+        notify_preemptions(gpu_model=gpu_model, price_micros=record.price_micros, now=now)
+
+
+def _gpus_taken(by_node, keys, reserves) -> list[tuple[tuple, FreeGpu]]:
+    chosen = []
+    for node, prices in reserves.items():
+        key = keys[node]
+        wanted = defaultdict(int)
+        for price in prices:
+            wanted[price] += 1
+        for gpu in by_node[key]:
+            if wanted[gpu.price_micros] > 0:
+                wanted[gpu.price_micros] -= 1
+                chosen.append((key, gpu))
+        by_node[key] = [g for g in by_node[key] if (key, g) not in chosen]
+    return chosen
+
+
+def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
+    keys = [k for k, _ in chosen]
+    start = _starts_at(order, now)
+    return leasing.create_lease(
+        tenant=order.tenant, tier=order.tier, gpu_model=order.gpu_models[0],
+        gpus=[leasing.GpuChoice(g.gpu_id, price_micros) for _, g in chosen],
+        starts_at=start, ends_at=start + timedelta(hours=order.hours), price_micros=price_micros,
+        max_price_micros=order.max_price_micros,
+        locality={"leaves": len({(k[0], k[2]) for k in keys}),
+                  "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)},
+        actor="market",
+    )
+
+
+# --- spot preemption ----------------------------------------------------------------------------
+
+
+def notify_preemptions(*, gpu_model: str, price_micros: int, now: datetime) -> list[int]:
+    """Running spot leases whose limit is below the new price get a notice, then end."""
+    running = Lease.objects.filter(tier=Lease.Tier.SPOT, gpu_model=gpu_model,
+                                   state__in=[Lease.State.PENDING, Lease.State.PLACING,
+                                              Lease.State.ACTIVE])
+    chosen = clearing.spot_leases_to_preempt(
+        [clearing.SpotLease(str(lease.pk), lease.max_price_micros) for lease in running],
+        price_micros)
+    notice = timedelta(seconds=settings.PREEMPTION_NOTICE_S)
+    preempted = []
+    for lease_id in chosen:
+        lease = Lease.objects.get(pk=int(lease_id))
+        if lease.state != Lease.State.ACTIVE:
+            leasing.change_lease_state(lease=lease, to_state=Lease.State.TERMINATED,
+                                       actor="market", reason="priced out before it started")
+            continue
+        lease = leasing.change_lease_state(
+            lease=lease, to_state=Lease.State.PREEMPTING, actor="market",
+            reason=f"clearing price {price_micros} µ$/GPU-hour is above its limit")
+        Lease.objects.filter(pk=lease.pk).update(preempt_at=now + notice)
+        preempted.append(lease.pk)
+    return preempted
+
+
+def end_preempted_leases(*, now: datetime | None = None) -> list[int]:
+    now = now or timezone.now()
+    ended = []
+    for lease in Lease.objects.filter(state=Lease.State.PREEMPTING, preempt_at__lte=now):
+        try:
+            leasing.change_lease_state(lease=lease, to_state=Lease.State.PREEMPTED,
+                                       actor="market", reason="preemption notice ran out")
+        except leasing.LeaseTransitionError:
+            continue  # ended meanwhile
+        ended.append(lease.pk)
+    return ended

@@ -1,0 +1,151 @@
+"""Leases: the state machine, and holding GPUs for a time range through allocations.
+
+Every state change goes through `change_lease_state`, which re-checks the state under the
+row lock and writes a `LeaseEvent`. Allocations rely on PostgreSQL's exclusion constraint:
+whatever the code does, one GPU is never in two leases at overlapping times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+from django.utils import timezone
+
+from ibex.accounts.models import Organization
+from market.models import Allocation, Lease, LeaseEvent
+from pool import services as pool
+from pool.models import Node
+
+S = Lease.State
+LEASE_TRANSITIONS = {
+    S.PENDING: {S.PLACING, S.FAILED, S.TERMINATED},
+    S.PLACING: {S.ACTIVE, S.FAILED, S.TERMINATED},
+    S.ACTIVE: {S.COMPLETED, S.TERMINATED, S.PREEMPTING, S.FAILED},
+    S.PREEMPTING: {S.PREEMPTED, S.TERMINATED},
+    S.PREEMPTED: set(),
+    S.COMPLETED: set(),
+    S.TERMINATED: set(),
+    S.FAILED: set(),
+}
+ENDED = {S.PREEMPTED, S.COMPLETED, S.TERMINATED, S.FAILED}
+
+
+class LeaseTransitionError(Exception):
+    pass
+
+
+class GpusUnavailable(Exception):
+    """Another lease holds one of the GPUs for an overlapping time (the constraint said so)."""
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    gpu_id: int
+    price_micros: int
+
+
+@transaction.atomic
+def change_lease_state(*, lease: Lease, to_state: str, actor: str, reason: str) -> Lease:
+    locked = Lease.objects.select_for_update().get(pk=lease.pk)
+    if to_state not in LEASE_TRANSITIONS[locked.state]:
+        raise LeaseTransitionError(f"a {locked.state} lease cannot become {to_state}")
+    LeaseEvent.objects.create(lease=locked, from_state=locked.state, to_state=to_state,
+                              actor=actor, reason=reason)
+    locked.state = to_state
+    locked.state_changed_at = timezone.now()
+    locked.save(update_fields=["state", "state_changed_at"])
+    if to_state in ENDED:
+        _unbind(locked)
+        _release_from(locked, timezone.now())
+    return locked
+
+
+def _unbind(lease: Lease) -> None:
+    """Ask the lease's nodes to stop serving it (their next heartbeat answer says so)."""
+    for node in Node.objects.filter(gpus__allocations__lease=lease).distinct():
+        pool.unbind_lease(node=node, lease_ref=f"L-{lease.pk}")
+
+
+def _release_from(lease: Lease, moment: datetime) -> None:
+    """Give the GPUs back from `moment` on: cut each allocation's range there."""
+    for allocation in Allocation.objects.filter(lease=lease):
+        lower = allocation.period.lower
+        if moment <= lower:
+            allocation.delete()
+        elif allocation.period.upper is None or moment < allocation.period.upper:
+            allocation.period = DateTimeTZRange(lower, moment)
+            allocation.save(update_fields=["period"])
+
+
+@transaction.atomic
+def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[GpuChoice],
+                 starts_at: datetime, ends_at: datetime, price_micros: int,
+                 max_price_micros: int, locality: dict, actor: str) -> Lease:
+    """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable."""
+    lease = Lease.objects.create(
+        tenant=tenant, tier=tier, gpu_model=gpu_model, gpu_count=len(gpus),
+        price_micros=price_micros, max_price_micros=max_price_micros, starts_at=starts_at,
+        ends_at=ends_at, locality=locality,
+    )
+    LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason="won")
+    period = DateTimeTZRange(starts_at, ends_at)
+    try:
+        with transaction.atomic():
+            Allocation.objects.bulk_create([
+                Allocation(lease=lease, gpu_id=g.gpu_id, period=period, price_micros=g.price_micros)
+                for g in sorted(gpus, key=lambda g: g.gpu_id)
+            ])
+    except IntegrityError as exc:
+        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable("another lease holds one of these GPUs at that time") from None
+    return lease
+
+
+def complete_ended_leases(*, now: datetime | None = None) -> list[int]:
+    """Leases past their end time complete; each is claimed under its row lock, so
+    overlapping beats complete it once."""
+    now = now or timezone.now()
+    completed = []
+    for lease_id in Lease.objects.filter(state=S.ACTIVE, ends_at__lte=now).values_list(
+            "pk", flat=True):
+        with transaction.atomic():
+            lease = Lease.objects.select_for_update(skip_locked=True).filter(
+                pk=lease_id, state=S.ACTIVE).first()
+            if lease is None:
+                continue
+            change_lease_state(lease=lease, to_state=S.COMPLETED, actor="market",
+                               reason="its end time came")
+            completed.append(lease_id)
+    return completed
+
+
+@transaction.atomic
+def terminate_lease(*, lease: Lease, actor: str, reason: str = "terminated by the tenant") -> Lease:
+    return change_lease_state(lease=lease, to_state=S.TERMINATED, actor=actor, reason=reason)
+
+
+@transaction.atomic
+def extend_lease(*, lease: Lease, hours: int, actor: str) -> Lease:
+    """Push the end later when every GPU stays free; the exclusion constraint decides."""
+    locked = Lease.objects.select_for_update().get(pk=lease.pk)
+    if locked.state in ENDED:
+        raise LeaseTransitionError(f"a {locked.state} lease cannot be extended")
+    new_end = locked.ends_at + timedelta(hours=hours)
+    try:
+        with transaction.atomic():
+            for allocation in Allocation.objects.filter(lease=locked):
+                allocation.period = DateTimeTZRange(allocation.period.lower, new_end)
+                allocation.save(update_fields=["period"])
+    except IntegrityError as exc:
+        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable("another lease holds one of these GPUs after this one ends") from None
+    LeaseEvent.objects.create(lease=locked, kind="extended", actor=actor,
+                              reason=f"extended by {hours} h to {new_end:%Y-%m-%d %H:%M}")
+    locked.ends_at = new_end
+    locked.save(update_fields=["ends_at"])
+    return locked

@@ -1,0 +1,300 @@
+"""Orders: taking a tenant's bid, holding its maximum cost, and matching on-demand orders at
+once against the cheapest set of free GPUs that satisfies the topology constraint.
+
+Spot and reserved orders wait for the batch auction (`market.clearing`, cleared by a beat
+task); an unfilled `rest` order waits and is re-tried when capacity frees.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from celery import current_app
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ibex.accounts.models import Organization
+from market import clearing, leasing
+from market import services as money
+from market.models import Hold, Lease, Order, OrderEvent
+from market.money import divide_rounded
+from market.placement_port import make_placer
+from pool.models import Gpu, GpuModel
+from pool.services import offered_gpus
+
+OS = Order.State
+ORDER_TRANSITIONS = {
+    OS.OPEN: {OS.FILLED, OS.RESTING, OS.REFUSED, OS.CANCELLED},
+    OS.RESTING: {OS.FILLED, OS.CANCELLED, OS.EXPIRED},
+    OS.FILLED: set(),
+    OS.REFUSED: set(),
+    OS.CANCELLED: set(),
+    OS.EXPIRED: set(),
+}
+LEVELS = ["fabric", "spine", "leaf", "node"]
+PLACEMENT_RETRIES = 3
+
+
+class OrderError(Exception):
+    """A refused order: `field` names bad input; `code` says how the API answers."""
+
+    def __init__(self, message: str, *, field: str | None = None, code: str = "invalid"):
+        super().__init__(message)
+        self.message, self.field, self.code = message, field, code
+
+
+@dataclass(frozen=True)
+class OrderRequest:
+    gpu_models: list[str]
+    gpus: int
+    hours: int
+    tier: str
+    max_price_micros: int
+    topology: dict = field(default_factory=dict)
+    start_earliest: datetime | None = None
+    start_latest: datetime | None = None
+    fill: str = Order.Fill.FILL_OR_KILL
+    idempotency_key: str = ""
+
+
+def order_ref(order: Order) -> str:
+    return f"order-{order.pk}"
+
+
+def max_cost_micros(request: OrderRequest) -> int:
+    return request.gpus * request.hours * request.max_price_micros
+
+
+def _change_state(order: Order, to_state: str, actor: str, reason: str) -> Order:
+    if to_state not in ORDER_TRANSITIONS[order.state]:
+        raise OrderError(f"a {order.state} order cannot become {to_state}", code="invalid_state")
+    OrderEvent.objects.create(order=order, from_state=order.state, to_state=to_state,
+                              actor=actor, reason=reason)
+    order.state, order.reason, order.state_changed_at = to_state, reason, timezone.now()
+    order.save(update_fields=["state", "reason", "state_changed_at", "lease"])
+    return order
+
+
+def _check(request: OrderRequest) -> None:
+    known = set(GpuModel.objects.filter(name__in=request.gpu_models).values_list("name",
+                                                                                 flat=True))
+    unknown = [m for m in request.gpu_models if m not in known]
+    if unknown:
+        raise OrderError(f"unknown GPU model {unknown[0]!r}", field="gpu_models")
+    largest = max((Gpu.objects.filter(gpu_model__name__in=request.gpu_models,
+                                      node__fabric=fabric_id).count()
+                   for fabric_id in Gpu.objects.filter(gpu_model__name__in=request.gpu_models)
+                   .values_list("node__fabric", flat=True).distinct()), default=0)
+    if request.gpus > largest:
+        raise OrderError(f"no fabric has {request.gpus} GPUs of these models "
+                         f"(the largest has {largest})", field="gpus")
+
+
+def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> Order:
+    """Take an order: idempotent per Idempotency-Key; holds its maximum cost or refuses it."""
+    if request.idempotency_key:
+        existing = Order.objects.filter(tenant=tenant,
+                                        idempotency_key=request.idempotency_key).first()
+        if existing is not None:
+            return existing
+    _check(request)
+    try:
+        with transaction.atomic():
+            order = _create_and_hold(tenant, request, actor)
+            if order.tier == Lease.Tier.ON_DEMAND:
+                match_on_demand(order=order, actor=actor)
+            else:
+                _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
+    except IntegrityError:
+        # a concurrent request with the same Idempotency-Key won the race
+        existing = Order.objects.filter(tenant=tenant,
+                                        idempotency_key=request.idempotency_key).first()
+        if existing is None:
+            raise
+        return existing
+    return order
+
+
+def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) -> Order:
+    order = Order.objects.create(
+        tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
+        gpus=request.gpus, hours=request.hours, tier=request.tier,
+        max_price_micros=request.max_price_micros, topology=request.topology,
+        start_earliest=request.start_earliest, start_latest=request.start_latest,
+        fill=request.fill,
+    )
+    OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
+    cost = max_cost_micros(request)
+    if cost > 0:
+        try:
+            money.hold_for_order(tenant=tenant, order_ref=order_ref(order), amount_micros=cost,
+                                 actor=actor)
+        except money.MoneyError as exc:
+            raise OrderError(exc.message, code=exc.code) from None
+    return order
+
+
+# --- on-demand matching -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FreeGpu:
+    gpu_id: int
+    index: int
+    price_micros: int
+
+
+def free_priced_gpus(order: Order, start: datetime, end: datetime) -> dict[tuple, list[FreeGpu]]:
+    """(fabric, spine, leaf, hostname) → its free priced GPUs, cheapest first: offered, of an
+    accepted model, for sale over the whole range and for this many hours."""
+    window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
+        Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
+    rows = (
+        offered_gpus()
+        # one filter() call: every condition on `prices` must hold for the same (current) row
+        .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
+                  prices__min_lease_hours__lte=order.hours) & window)
+        .exclude(allocations__period__overlap=(start, end))
+        .values_list("id", "index", "prices__price_micros", "node__fabric__name",
+                     "node__host__spine", "node__host__leaf", "node__hostname")
+    )
+    by_node: dict[tuple, list[FreeGpu]] = defaultdict(list)
+    for gpu_id, index, price, fabric, spine, leaf, host in rows:
+        by_node[(fabric, spine, leaf, host)].append(FreeGpu(gpu_id, index, price))
+    for gpus in by_node.values():
+        gpus.sort(key=lambda g: (g.price_micros, g.index))
+    return by_node
+
+
+def bid_for(order: Order) -> clearing.Bid:
+    topology = order.topology or {}
+    whole = topology.get("whole_nodes")
+    return clearing.Bid(
+        id=str(order.pk), gpus=order.gpus, hours=Decimal(order.hours),
+        limit_micros=order.max_price_micros, gpu_models=frozenset(order.gpu_models),
+        topology=clearing.Topology(required=topology.get("required"),
+                                   preferred=topology.get("preferred"),
+                                   slice_size=8 if whole else None,
+                                   slice_level="node" if whole else None),
+        submitted_at=order.created_at,
+    )
+
+
+def offers_from(by_node: dict[tuple, list[FreeGpu]], gpu_model_of: dict[str, str]
+                ) -> list[clearing.NodeOffer]:
+    return [
+        clearing.NodeOffer(name=host, gpu_model=gpu_model_of[host],
+                           labels={"fabric": fabric, "spine": f"{fabric}/{spine}",
+                                   "leaf": f"{fabric}/{leaf}"},
+                           reserve_micros=tuple(g.price_micros for g in gpus))
+        for (fabric, spine, leaf, host), gpus in sorted(by_node.items())
+    ]
+
+
+def max_hops(keys: list[tuple]) -> int:
+    """Switch hops between the farthest two chosen nodes: same node 0, leaf 2, spine 4."""
+    if len({k[3] for k in keys}) == 1:
+        return 0
+    if len({(k[0], k[2]) for k in keys}) == 1:
+        return 2
+    return 4 if len({(k[0], k[1]) for k in keys}) == 1 else 6
+
+
+def match_on_demand(*, order: Order, actor: str) -> Order:
+    """Fill the order now at posted prices, or refuse it / let it rest, saying why."""
+    for _attempt in range(PLACEMENT_RETRIES):
+        start = timezone.now()
+        end = start + timedelta(hours=order.hours)
+        by_node = free_priced_gpus(order, start, end)
+        models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
+                      .values_list("node__hostname", "gpu_model__name"))
+        result = clearing.match_on_demand(LEVELS, offers_from(by_node, models),
+                                          [bid_for(order)], make_placer())
+        if result.refused:
+            return _not_filled(order, result.refused[0].reason, actor)
+        match = result.matched[0]
+        chosen = _cheapest_gpus(by_node, match.lines)
+        try:
+            lease = _lease_for(order, chosen, models[chosen[0][0][3]], start, end, actor)
+        except leasing.GpusUnavailable:
+            continue  # another order took one of them meanwhile: look again
+        order.lease = lease
+        _change_state(order, OS.FILLED, actor, f"filled by lease {lease.pk}")
+        transaction.on_commit(
+            lambda lease_id=lease.pk: current_app.send_task("scheduler.place_lease",
+                                                            args=[lease_id]))
+        return order
+    return _not_filled(order, "the GPUs were taken by other orders; try again", actor)
+
+
+def _cheapest_gpus(by_node: dict, lines) -> list[tuple[tuple, FreeGpu]]:
+    """The GPUs the match paid for: on each node, that many GPUs at each posted price."""
+    keys = {key[3]: key for key in by_node}
+    chosen = []
+    for line in lines:
+        key = keys[line.node]
+        at_price = [g for g in by_node[key] if g.price_micros == line.price_micros]
+        taken = {g.gpu_id for _, g in chosen}
+        chosen += [(key, g) for g in at_price if g.gpu_id not in taken][:line.gpus]
+    return chosen
+
+
+def _lease_for(order, chosen, model, start, end, actor) -> Lease:
+    prices = [g.price_micros for _, g in chosen]
+    keys = [k for k, _ in chosen]
+    locality = {"leaves": len({(k[0], k[2]) for k in keys}),
+                "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
+    return leasing.create_lease(
+        tenant=order.tenant, tier=order.tier, gpu_model=model,
+        gpus=[leasing.GpuChoice(g.gpu_id, g.price_micros) for _, g in chosen],
+        starts_at=start, ends_at=end, price_micros=min(divide_rounded(sum(prices), len(prices)),
+                                                       order.max_price_micros),
+        max_price_micros=order.max_price_micros, locality=locality, actor=actor,
+    )
+
+
+def _not_filled(order: Order, reason: str, actor: str) -> Order:
+    if order.fill == Order.Fill.REST:
+        if order.state == OS.RESTING:  # re-tried and still not fillable: say why, stay
+            Order.objects.filter(pk=order.pk).update(reason=reason)
+            order.reason = reason
+            return order
+        return _change_state(order, OS.RESTING, actor, reason)
+    _release(order, actor, reason)
+    return _change_state(order, OS.REFUSED, actor, reason)
+
+
+def _release(order: Order, actor: str, reason: str) -> None:
+    hold = Hold.objects.filter(order_ref=order_ref(order)).first()
+    if hold is not None:
+        money.release_hold(hold=hold, actor=actor, reason=reason)
+
+
+@transaction.atomic
+def cancel_order(*, order: Order, actor: str) -> Order:
+    order = Order.objects.select_for_update().get(pk=order.pk)
+    if order.state not in (OS.OPEN, OS.RESTING):
+        raise OrderError(f"a {order.state} order cannot be cancelled", code="invalid_state")
+    _release(order, actor, "cancelled")
+    return _change_state(order, OS.CANCELLED, actor, "cancelled by the tenant")
+
+
+
+def retry_resting_orders(*, actor: str = "market") -> list[int]:
+    """Re-try resting on-demand orders, oldest first (capacity may have freed)."""
+    filled = []
+    resting = Order.objects.filter(state=OS.RESTING, tier=Lease.Tier.ON_DEMAND).order_by(
+        "created_at", "pk").values_list("pk", flat=True)
+    for order_id in resting:
+        with transaction.atomic():
+            order = Order.objects.select_for_update(skip_locked=True).filter(
+                pk=order_id, state=OS.RESTING).first()
+            if order is None:
+                continue  # taken by an overlapping beat, or changed meanwhile
+            if match_on_demand(order=order, actor=actor).state == OS.FILLED:
+                filled.append(order.pk)
+    return filled

@@ -1,0 +1,84 @@
+"""Per-GPU prices: a provider prices one GPU or many at once (a node, a model, a leaf, a
+fabric). Each change supersedes the GPU's current price and is kept as history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from ibex.accounts.models import Organization
+from ibex.db import analyze_after_bulk_load
+from market.models import GpuPrice
+from pool.models import Gpu
+
+SCOPE_KEYS = ("fabric", "gpu_model", "node", "leaf", "gpu")
+
+
+class PriceError(Exception):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+@dataclass(frozen=True)
+class PriceChange:
+    gpus_priced: int
+    price_micros: int
+
+
+def gpus_in_scope(*, provider: Organization, scope: dict) -> QuerySet[Gpu]:
+    """The provider's GPUs a scope names; every key narrows it (all must match)."""
+    unknown = set(scope) - set(SCOPE_KEYS)
+    if unknown:
+        raise PriceError(f"scope.{sorted(unknown)[0]}", "Unknown scope key.")
+    if not scope:
+        raise PriceError("scope", f"Name at least one of {', '.join(SCOPE_KEYS)}.")
+    gpus = Gpu.objects.filter(node__provider=provider).exclude(node__state="retired")
+    if "fabric" in scope:
+        gpus = gpus.filter(node__fabric__name=scope["fabric"])
+    if "gpu_model" in scope:
+        gpus = gpus.filter(gpu_model__name=scope["gpu_model"])
+    if "node" in scope:
+        node = str(scope["node"])
+        gpus = gpus.filter(node__id=int(node)) if node.isdigit() else gpus.filter(
+            node__hostname=node)
+    if "leaf" in scope:
+        gpus = gpus.filter(node__host__leaf=scope["leaf"])
+    if "gpu" in scope:
+        gpus = gpus.filter(pk=scope["gpu"])
+    return gpus
+
+
+@transaction.atomic
+def set_prices(*, provider: Organization, scope: dict, price_micros: int, actor: str,
+               offered_from: datetime | None = None, offered_until: datetime | None = None,
+               min_lease_hours: int = 1) -> PriceChange:
+    if price_micros < 0:
+        raise PriceError("price_per_gpu_hour", "A price cannot be negative.")
+    if offered_from and offered_until and offered_until <= offered_from:
+        raise PriceError("offered_until", "The window must end after it starts.")
+    # Lock the GPUs in a fixed order so that two price changes over one GPU serialise.
+    gpu_ids = list(gpus_in_scope(provider=provider, scope=scope).order_by("pk")
+                   .select_for_update().values_list("pk", flat=True))
+    if not gpu_ids:
+        raise PriceError("scope", "No GPU of yours matches this scope.")
+    now = timezone.now()
+    GpuPrice.objects.filter(gpu_id__in=gpu_ids, superseded_at__isnull=True).update(
+        superseded_at=now)
+    GpuPrice.objects.bulk_create([
+        GpuPrice(gpu_id=gpu_id, price_micros=price_micros, offered_from=offered_from,
+                 offered_until=offered_until, min_lease_hours=min_lease_hours, set_by=actor)
+        for gpu_id in gpu_ids
+    ], batch_size=5000)
+    analyze_after_bulk_load(GpuPrice, rows=len(gpu_ids))
+    return PriceChange(gpus_priced=len(gpu_ids), price_micros=price_micros)
+
+
+def current_prices(gpu_ids) -> dict[int, int]:
+    """GPU id → its current price in micro-dollars per hour (unpriced GPUs are absent)."""
+    return dict(GpuPrice.objects.filter(gpu_id__in=list(gpu_ids), superseded_at__isnull=True)
+                .values_list("gpu_id", "price_micros"))

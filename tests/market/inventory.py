@@ -1,0 +1,25 @@
+"""Builders for market tests: a verified provider with a small fabric of registered nodes."""
+
+from fabric import generators
+from fabric import services as fabric_services
+from ibex.accounts import services as accounts
+from pool import services as pool
+from pool.models import Gpu
+from tests.factories import make_org
+
+
+def provider_with_nodes(slug="hpc-provider", nodes=4, gpu_model="H100-80GB", fabric="lab"):
+    provider = make_org(slug, "provider")
+    accounts.change_provider_state(organization=provider, to_state="verified", actor="test",
+                                   reason="audit")
+    pool.ensure_gpu_catalogue()
+    spec = generators.fat_tree(nodes, 4, tiers=2, prefix=f"{slug}-")  # 2 hosts per leaf
+    fabric_services.save_fabric(owner=provider, name=fabric, spec=spec, source="generator")
+    pool.register_nodes(provider=provider, specs=[
+        pool.NodeSpec(hostname=host, fabric=fabric, gpu_model=gpu_model, gpu_count=8,
+                      cpu_cores=64, memory_gib=1024) for host in spec.hosts])
+    return provider
+
+
+def gpus_of(provider) -> list[Gpu]:
+    return list(Gpu.objects.filter(node__provider=provider).order_by("node__hostname", "index"))

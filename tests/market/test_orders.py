@@ -1,0 +1,254 @@
+import threading
+
+import pytest
+from django.db import connection
+
+from market import prices
+from market import services as money
+from market.models import Allocation, Hold, Lease, Order
+from pool.models import Node
+from scheduler import services as scheduler
+from tests.factories import client_for, make_org
+from tests.market.inventory import gpus_of, provider_with_nodes
+
+ORDER = {"gpu_models": ["H100-80GB"], "gpus": 8, "hours": 2, "tier": "on_demand",
+         "max_price_per_gpu_hour": "3.00"}
+
+
+@pytest.fixture
+def provider(db):
+    provider = provider_with_nodes(nodes=4)  # 32 GPUs: 2 leaves of 2 nodes
+    Node.objects.update(state="active")
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_500_000,
+                      actor="test")
+    return provider
+
+
+@pytest.fixture
+def tenant(db):
+    tenant = make_org("acme-ai", "tenant")
+    money.grant_credit(organization=tenant, amount_micros=1_000 * 1_000_000, reason="test",
+                       actor="test")
+    return tenant
+
+
+@pytest.fixture
+def tenant_client(tenant):
+    return client_for(tenant)
+
+
+def order(client, key=None, **changes):
+    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+    return client.post("/api/v1/orders/", {**ORDER, **changes}, format="json", **headers)
+
+
+def test_an_on_demand_order_fills_at_once_at_posted_prices(provider, tenant_client, tenant):
+    response = order(tenant_client)
+
+    body = response.json()
+    assert response.status_code == 201, body
+    assert body["state"] == "filled" and body["lease"] is not None
+    lease = Lease.objects.get(pk=body["lease"])
+    assert lease.price_micros == 2_500_000
+    assert lease.locality == {"leaves": 1, "spines": 1, "max_hops": 0}
+    assert Allocation.objects.filter(lease=lease).count() == 8
+    assert Hold.objects.get(order_ref=f"order-{body['id']}").amount_micros == 8 * 2 * 3_000_000
+
+
+def test_on_demand_takes_the_cheapest_gpus_that_fit(provider, tenant_client):
+    node = gpus_of(provider)[8].node  # the second node
+    prices.set_prices(provider=provider, scope={"node": node.hostname}, price_micros=1_000_000,
+                      actor="test")
+
+    lease_id = order(tenant_client).json()["lease"]
+
+    hosts = set(Allocation.objects.filter(lease_id=lease_id).values_list(
+        "gpu__node__hostname", flat=True))
+    assert hosts == {node.hostname}
+    assert Lease.objects.get(pk=lease_id).price_micros == 1_000_000
+
+
+def test_gpus_above_the_limit_are_never_sold(provider, tenant_client):
+    response = order(tenant_client, max_price_per_gpu_hour="2.00")
+
+    body = response.json()
+    assert body["state"] == "refused"
+    assert body["reason"] == ("the cheapest placement needs GPUs at up to 2.50 per GPU-hour, "
+                              "above the limit 2.00")
+    assert Lease.objects.count() == 0
+    assert Hold.objects.get().state == "closed"
+
+
+def test_a_required_leaf_that_no_leaf_can_hold_is_refused_with_the_engines_reason(
+        provider, tenant_client):
+    response = order(tenant_client, gpus=24, topology={"required": "leaf"})
+
+    assert response.json()["state"] == "refused"
+    assert response.json()["reason"] == "only 16 of 24 GPUs fit within one leaf"
+
+
+def test_a_resting_order_waits_with_its_reason(provider, tenant_client):
+    response = order(tenant_client, gpus=24, topology={"required": "leaf"}, fill="rest")
+
+    assert response.json()["state"] == "resting"
+    cancelled = tenant_client.post(f"/api/v1/orders/{response.json()['id']}/cancel/")
+    assert cancelled.json()["state"] == "cancelled"
+    assert Hold.objects.get().state == "closed"
+
+
+def test_the_same_idempotency_key_places_one_order(provider, tenant_client):
+    first = order(tenant_client, key="abc-1")
+    again = order(tenant_client, key="abc-1")
+
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+    assert Order.objects.count() == 1 and Lease.objects.count() == 1
+
+
+def test_an_order_that_would_overdraw_is_refused_and_holds_nothing(provider):
+    poor = make_org("poor-ai", "tenant")
+    money.grant_credit(organization=poor, amount_micros=10_000_000, reason="test", actor="test")
+
+    response = order(client_for(poor))
+
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "insufficient_funds"
+    assert Order.objects.count() == 0 and Hold.objects.count() == 0
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"gpu_models": ["GTX-1080"]}, "gpu_models"),
+    ({"gpus": 0}, "gpus"),
+    ({"hours": -1}, "hours"),
+    ({"max_price_per_gpu_hour": "-0.01"}, "max_price_per_gpu_hour"),
+    ({"gpus": 33}, "gpus"),
+    ({"tier": "reserved"}, "start_window"),
+    ({"tier": "reserved", "start_window": {"earliest": "2026-12-02T00:00:00Z",
+                                           "latest": "2026-12-01T00:00:00Z"}},
+     "start_window.latest"),
+    ({"topology": {"required": "rack"}}, "topology.required"),
+    ({"colour": "green"}, "colour"),
+])
+def test_bad_orders_name_the_field_and_change_nothing(provider, tenant_client, changes, field):
+    response = order(tenant_client, **changes)
+
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["error"]["fields"]
+    assert Order.objects.count() == 0 and Hold.objects.count() == 0
+
+
+def test_a_rival_tenants_order_is_a_404(provider, tenant_client):
+    order_id = order(tenant_client).json()["id"]
+    rival = client_for(make_org("rival-ai", "tenant"))
+
+    assert rival.get(f"/api/v1/orders/{order_id}/").status_code == 404
+    assert rival.post(f"/api/v1/orders/{order_id}/cancel/").status_code == 404
+
+
+def test_a_won_lease_is_bound_to_its_nodes_and_activated_once_they_serve_it(provider,
+                                                                            tenant_client):
+    from pool.models import Binding
+
+    lease_id = order(tenant_client).json()["lease"]
+
+    scheduler.place_lease(lease_id=lease_id)
+    scheduler.place_lease(lease_id=lease_id)  # delivered twice: bound once
+    binding = Binding.objects.get()
+    assert Lease.objects.get(pk=lease_id).state == "placing"
+    assert scheduler.activate_acknowledged_leases() == []
+    Binding.objects.update(acknowledged_at=binding.created_at)
+
+    assert scheduler.activate_acknowledged_leases() == [lease_id]
+    assert Lease.objects.get(pk=lease_id).state == "active"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_many_tenants_ordering_the_last_gpus_at_once_never_share_one():
+    provider = provider_with_nodes(nodes=2)  # 16 GPUs
+    Node.objects.update(state="active")
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=1_000_000,
+                      actor="test")
+    tenants = []
+    for n in range(20):
+        tenant = make_org(f"tenant-{n:02d}", "tenant")
+        money.grant_credit(organization=tenant, amount_micros=100 * 1_000_000, reason="t",
+                           actor="t")
+        tenants.append(tenant)
+    barrier = threading.Barrier(len(tenants))
+    outcomes, failures = [], []
+
+    def buy(tenant):
+        from market import orders
+
+        barrier.wait()
+        try:
+            placed = orders.place_order(tenant=tenant, actor=tenant.slug, request=orders.OrderRequest(
+                gpu_models=["H100-80GB"], gpus=4, hours=1, tier="on_demand",
+                max_price_micros=2_000_000))
+            outcomes.append(placed.state)
+        except Exception as exc:  # any failure fails the test below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=buy, args=(t,)) for t in tenants]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert failures == []
+    assert outcomes.count("filled") == 4
+    assert outcomes.count("refused") == 16
+    gpu_ids = list(Allocation.objects.values_list("gpu_id", flat=True))
+    assert len(gpu_ids) == len(set(gpu_ids)) == 16
+
+
+def test_gpus_outside_their_offer_window_or_minimum_length_are_not_sold(provider, tenant_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="test", offered_until=now + timedelta(hours=1))
+    short_window = order(tenant_client, hours=2).json()
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="test", min_lease_hours=4)
+    too_short = order(tenant_client, hours=2).json()
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="test", offered_until=now + timedelta(hours=3))
+    fits = order(tenant_client, hours=2).json()
+
+    assert short_window["state"] == "refused"
+    assert too_short["state"] == "refused"
+    assert fits["state"] == "filled"
+
+
+def test_a_resting_order_fills_when_capacity_frees(provider, tenant_client, tenant):
+    from market import leasing, orders
+
+    first = order(tenant_client, gpus=32).json()
+    waiting = order(tenant_client, gpus=8, fill="rest").json()
+    assert waiting["state"] == "resting"
+    assert orders.retry_resting_orders() == []
+
+    leasing.terminate_lease(lease=Lease.objects.get(pk=first["lease"]), actor="acme-ai")
+
+    assert orders.retry_resting_orders() == [waiting["id"]]
+    assert Order.objects.get(pk=waiting["id"]).state == "filled"
+
+
+def test_active_leases_complete_at_their_end_time(provider, tenant_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from market import leasing
+
+    lease = Lease.objects.get(pk=order(tenant_client).json()["lease"])
+    Lease.objects.filter(pk=lease.pk).update(state="active")
+
+    assert leasing.complete_ended_leases(now=timezone.now()) == []
+    assert leasing.complete_ended_leases(now=lease.ends_at + timedelta(seconds=1)) == [lease.pk]
+    assert Lease.objects.get(pk=lease.pk).state == "completed"
