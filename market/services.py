@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Sum
+from django.db.models import F, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
@@ -350,9 +350,43 @@ class RunningLease:
     order_ref: str | None = None
 
 
+BILLABLE_STATES = ("active", "preempting", "completed", "terminated", "preempted")
+
+
 def running_leases(*, minute: datetime) -> list[RunningLease]:
-    """Leases that ran during the minute. Filled in by the leases issue; none exist yet."""
-    return []
+    """Leases that served GPUs during the minute, one entry per (lease, provider, posted price).
+
+    Billing starts when the lease became active (not while it was being placed) and stops
+    where its allocations end (cut at termination or preemption).
+    """
+    from market.models import Allocation, LeaseEvent
+
+    end_of_minute = minute + timedelta(minutes=1)
+    activated = LeaseEvent.objects.filter(lease=OuterRef("lease"), to_state="active").values("at")
+    rows = (
+        Allocation.objects.filter(lease__state__in=BILLABLE_STATES,
+                                  period__overlap=(minute, end_of_minute))
+        .annotate(activated_at=Subquery(activated[:1]))
+        .filter(activated_at__isnull=False, activated_at__lt=end_of_minute)
+        .values_list("lease_id", "lease__tenant_id", "gpu__node__provider_id", "price_micros",
+                     "period", "activated_at", "lease__order__id")
+    )
+    groups: dict[tuple, dict] = {}
+    for lease_id, tenant_id, provider_id, price, period, activated_at, order_id in rows:
+        key = (lease_id, provider_id, price)
+        group = groups.setdefault(key, {"tenant": tenant_id, "gpus": 0, "order": order_id,
+                                        "start": max(period.lower, activated_at),
+                                        "end": period.upper})
+        group["gpus"] += 1
+    orgs = Organization.objects.in_bulk({g["tenant"] for g in groups.values()}
+                                        | {k[1] for k in groups})
+    return [
+        RunningLease(ref=f"L-{lease_id}:{orgs[provider_id].slug}:{price}",
+                     payer=orgs[g["tenant"]], payee=orgs[provider_id],
+                     price_per_gpu_hour_micros=price, gpus=g["gpus"], started_at=g["start"],
+                     ended_at=g["end"], order_ref=f"order-{g['order']}" if g["order"] else None)
+        for (lease_id, provider_id, price), g in sorted(groups.items())
+    ]
 
 
 def seconds_in_minute(lease: RunningLease, minute: datetime) -> int:
