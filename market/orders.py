@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from celery import current_app
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
@@ -85,10 +85,10 @@ def _check(request: OrderRequest) -> None:
     unknown = [m for m in request.gpu_models if m not in known]
     if unknown:
         raise OrderError(f"unknown GPU model {unknown[0]!r}", field="gpu_models")
-    largest = max((Gpu.objects.filter(gpu_model__name__in=request.gpu_models,
-                                      node__fabric=fabric_id).count()
-                   for fabric_id in Gpu.objects.filter(gpu_model__name__in=request.gpu_models)
-                   .values_list("node__fabric", flat=True).distinct()), default=0)
+    per_fabric = (Gpu.objects.filter(gpu_model__name__in=request.gpu_models)
+                  .exclude(node__state="retired").order_by().values("node__fabric")
+                  .annotate(gpus=Count("id")).order_by("-gpus").first())
+    largest = per_fabric["gpus"] if per_fabric else 0
     if request.gpus > largest:
         raise OrderError(f"no fabric has {request.gpus} GPUs of these models "
                          f"(the largest has {largest})", field="gpus")

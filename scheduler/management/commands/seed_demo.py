@@ -17,6 +17,7 @@ from ibex.accounts import services as accounts
 from ibex.accounts.models import Organization, ProviderProfile
 from ibex.runtime import var_dir
 from market import prices
+from market.models import GpuPrice
 from market import services as money
 from pool import services as pool
 from pool.models import Node
@@ -57,6 +58,8 @@ class Command(BaseCommand):
                         pool.NodeSpec(hostname=host, fabric=fabric_name, gpu_model=model,
                                       gpu_count=8, cpu_cores=128, memory_gib=2048)
                         for host in hostnames])
+                if not GpuPrice.objects.filter(gpu__node__provider=org,
+                                               superseded_at__isnull=True).exists():
                     prices.set_prices(provider=org, scope={"fabric": fabric_name},
                                       price_micros=price, actor="demo seed")
                 if org.provider_profile.state == ProviderProfile.State.PENDING:
