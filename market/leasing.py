@@ -15,7 +15,7 @@ from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
-from market.models import Allocation, Lease, LeaseEvent
+from market.models import Allocation, Lease, LeaseEvent, Order
 from pool import services as pool
 from pool.models import Node
 
@@ -60,7 +60,20 @@ def change_lease_state(*, lease: Lease, to_state: str, actor: str, reason: str) 
     if to_state in ENDED:
         _unbind(locked)
         _release_from(locked, timezone.now())
+        _release_hold(locked, reason=f"lease {locked.pk} {to_state}")
     return locked
+
+
+def _release_hold(lease: Lease, reason: str) -> None:
+    """Give the tenant back what the order's hold did not capture (the last partial minute,
+    metered after the end, is charged from the available balance)."""
+    from market import services as money
+    from market.models import Hold
+
+    order_id = Order.objects.filter(lease=lease).values_list("pk", flat=True).first()
+    hold = Hold.objects.filter(order_ref=f"order-{order_id}").first() if order_id else None
+    if hold is not None:
+        money.release_hold(hold=hold, actor="market", reason=reason)
 
 
 def _unbind(lease: Lease) -> None:

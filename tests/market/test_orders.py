@@ -276,3 +276,14 @@ def test_a_running_lease_is_metered_per_minute_at_its_posted_prices(provider, te
     usage = UsageRecord.objects.get()
     assert usage.charge_micros == 8 * 2_500_000 // 60  # 8 GPUs for 60 s at 2.50 an hour
     assert money.balances_of(provider).payable_micros > 0
+
+
+def test_ending_a_lease_releases_what_its_hold_did_not_capture(provider, tenant_client, tenant):
+    response = order(tenant_client).json()
+    held = money.balances_of(tenant).held_micros
+    assert held == 8 * 2 * 3_000_000
+
+    tenant_client.post(f"/api/v1/leases/{response['lease']}/terminate/")
+
+    assert money.balances_of(tenant).held_micros == 0
+    assert Hold.objects.get(order_ref=f"order-{response['id']}").state == "closed"

@@ -17,8 +17,8 @@ from ibex.accounts import services as accounts
 from ibex.accounts.models import Organization, ProviderProfile
 from ibex.runtime import var_dir
 from market import prices
-from market.models import GpuPrice
 from market import services as money
+from market.models import GpuPrice
 from pool import services as pool
 from pool.models import Node
 
