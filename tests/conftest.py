@@ -99,3 +99,41 @@ def tenant_client(tenant_key):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_key.raw_key}")
     return client
+
+
+# --- named personas (an app's conftest may refine them, e.g. a verified provider) ------------
+
+
+@pytest.fixture
+def provider(db):
+    from tests.factories import make_org
+
+    return make_org("hpc-provider", "provider")
+
+
+@pytest.fixture
+def rival_provider(db):
+    from tests.factories import make_org
+
+    return make_org("rival-cloud", "provider")
+
+
+@pytest.fixture
+def tenant(db):
+    from tests.factories import make_org
+
+    return make_org("acme-ai", "tenant")
+
+
+@pytest.fixture
+def operator(db):
+    from tests.factories import make_org
+
+    return make_org("ibex-ops", "operator")
+
+
+@pytest.fixture
+def provider_client(provider):
+    from tests.factories import client_for
+
+    return client_for(provider)

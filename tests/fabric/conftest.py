@@ -1,7 +1,5 @@
 import pytest
 
-from tests.factories import client_for, make_org
-
 SLURM_TREE = """\
 # two leaves under one spine, then a lone leaf
 SwitchName=leaf1 Nodes=gpu[01-04] LinkSpeed=400
@@ -11,31 +9,6 @@ SwitchName=spine1 Switches=leaf[1-2] LinkSpeed=400
 SwitchName=spine2 Switches=leaf3 LinkSpeed=400
 SwitchName=top Switches=spine[1-2] LinkSpeed=400
 """
-
-
-@pytest.fixture
-def provider(db):
-    return make_org("hpc-provider", "provider")
-
-
-@pytest.fixture
-def rival_provider(db):
-    return make_org("rival-cloud", "provider")
-
-
-@pytest.fixture
-def tenant(db):
-    return make_org("acme-ai", "tenant")
-
-
-@pytest.fixture
-def operator(db):
-    return make_org("ibex-ops", "operator")
-
-
-@pytest.fixture
-def provider_client(provider):
-    return client_for(provider)
 
 
 @pytest.fixture

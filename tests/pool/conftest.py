@@ -4,22 +4,6 @@ from rest_framework.test import APIClient
 from fabric import generators
 from fabric import services as fabric_services
 from ibex.accounts import services as accounts
-from tests.factories import client_for, make_org
-
-
-@pytest.fixture
-def provider(db):
-    return make_org("hpc-provider", "provider")
-
-
-@pytest.fixture
-def rival_provider(db):
-    return make_org("rival-cloud", "provider")
-
-
-@pytest.fixture
-def tenant(db):
-    return make_org("acme-ai", "tenant")
 
 
 @pytest.fixture
@@ -34,11 +18,6 @@ def rival_fabric(rival_provider):
     spec = generators.fat_tree(4, 8, tiers=2, prefix="rival")
     return fabric_services.save_fabric(owner=rival_provider, name="rival-lab", spec=spec,
                                        source="generator").fabric
-
-
-@pytest.fixture
-def provider_client(provider):
-    return client_for(provider)
 
 
 def node_body(hostname="node01", **extra):
