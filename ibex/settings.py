@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "ibex.accounts",
+    "ibex.outbox",
     "fabric",
     "pool",
     "market",
@@ -198,6 +199,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "record-beat": {"task": "ibex.record_beat", "schedule": 30.0},
+    "relay-outbox": {"task": "ibex.relay_outbox", "schedule": 10.0},
 }
 
 # --- Stripe ---------------------------------------------------------------------------------
