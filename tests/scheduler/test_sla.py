@@ -39,9 +39,9 @@ def tenant(db):
 
 @pytest.fixture
 def lease(provider, tenant):
-    """8 GPUs for 10 h, active the moment it was won; its first hour billed ($19.99998)."""
+    """8 GPUs for 10 h, active the moment it was won; 20 minutes billed ($6.66666)."""
     lease = activate(won_lease(tenant))
-    meter(lease, 60)
+    meter(lease, 20)
     return lease
 
 
@@ -90,7 +90,7 @@ def test_a_gpu_failed_for_30_minutes_of_a_10_hour_lease_is_credited_6_25(lease, 
     credit = sla.evaluate_lease(lease=lease, now=lease.starts_at + 10 * HOUR)
 
     # 1800 GPU-s down of 8 × 36 000 = 288 000: availability 1 − 1800/288 000 = 99.375 % < 99.5 %
-    # credit: 0.5 GPU-h × $2.50 × 5 = $6.25 (under the $20.00 billed so far)
+    # credit: 0.5 GPU-h × $2.50 × 5 = $6.25 (under the $6.67 billed so far)
     m = sla.measure(lease, sla.ensure_sla(lease), lease.starts_at + 10 * HOUR)
     assert (m.down_gpu_seconds, m.lease_gpu_seconds) == (1800, 288_000)
     assert str(m.availability) == "0.993750"
@@ -154,6 +154,7 @@ def test_more_downtime_later_credits_only_the_increment(lease, tenant):
     first = sla.evaluate_lease(lease=lease, now=lease.starts_at + 1.5 * HOUR)
     gpu_health(second_gpu, "failed", lease.starts_at + 3 * HOUR)
     gpu_health(second_gpu, "ok", lease.starts_at + 3.5 * HOUR, from_value="failed")
+    meter(lease, 40)  # billed: $13.33
 
     second = sla.evaluate_lease(lease=lease, now=lease.starts_at + 4 * HOUR)
 
@@ -183,6 +184,7 @@ def test_an_unreachable_node_counts_its_gpus_down_from_three_missed_heartbeats(l
     node = lease_gpus(lease)[0].node
     node_reachability(node, False, lease.starts_at + 1 * HOUR)
     node_reachability(node, True, lease.starts_at + 1 * HOUR + timedelta(minutes=10))
+    meter(lease, 60)  # billed: $20.00
 
     credit = sla.evaluate_lease(lease=lease, now=lease.starts_at + 10 * HOUR)
 
@@ -274,7 +276,7 @@ def test_the_sla_endpoint_shows_terms_measurement_and_credits(lease, tenant):
     assert response.status_code == 200, body
     assert body["terms"] == {"tier": "on_demand", "availability_target_percent": "99.50",
                              "activation_limit_s": 60, "promised_locality": {}}
-    assert body["credited"] == "6.25" and body["cost_so_far"] == "19.99998"
+    assert body["credited"] == "6.25" and body["cost_so_far"] == "6.66666"
     assert [c["amount"] for c in body["credits"]] == ["6.25"]
     assert body["measurement"]["activation_s"] == 0
 
