@@ -88,7 +88,10 @@ def sync_lease_events(*, now: datetime | None = None) -> list[Event]:
                              occurred_at=row.at, payload={
                                  "lease": row.lease_id, "from_state": row.from_state,
                                  "to_state": row.to_state, "reason": row.reason,
-                                 "actor": row.actor, "at": row.at.isoformat()})
+                                 "actor": row.actor, "at": row.at.isoformat(),
+                                 **({"preempt_at": row.lease.preempt_at.isoformat()}
+                                    if kind == K.PREEMPTION_NOTICE and row.lease.preempt_at
+                                    else {})})
         if event is not None:
             created.append(event)
     return created

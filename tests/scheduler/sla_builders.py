@@ -3,9 +3,11 @@ through on-demand orders and activated by the scheduler, health events at chosen
 
 from datetime import datetime, timedelta
 
+from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+
 from market import leasing, orders, prices
 from market import services as money
-from market.models import Lease, LeaseEvent
+from market.models import Allocation, Lease, LeaseEvent
 from pool.models import Binding, Gpu, HealthEvent, Node
 from scheduler import services as scheduler
 from tests.factories import make_org
@@ -55,9 +57,12 @@ def activate(lease: Lease, *, after_s: int = 0) -> Lease:
     return Lease.objects.get(pk=lease.pk)
 
 
-def end(lease: Lease, at: datetime, to_state="completed") -> Lease:
+def end(lease: Lease, at: datetime, to_state="terminated") -> Lease:
+    """End the lease, then pin the end (and where its allocations were cut) to `at`."""
     leasing.change_lease_state(lease=lease, to_state=to_state, actor="test", reason="test")
     LeaseEvent.objects.filter(lease=lease, to_state=to_state).update(at=at)
+    Allocation.objects.filter(lease=lease).update(period=DateTimeTZRange(lease.starts_at, at))
+    Lease.objects.filter(pk=lease.pk).update(state_changed_at=at)
     return Lease.objects.get(pk=lease.pk)
 
 

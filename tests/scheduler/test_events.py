@@ -145,3 +145,16 @@ def test_an_unknown_kind_filter_is_refused(tenant):
     response = client_for(tenant).get("/api/v1/events/", {"kind": "lease.exploded"})
 
     assert response.status_code == 400
+
+
+def test_listing_events_takes_the_same_queries_for_one_lease_or_many(
+        provider, tenant, django_assert_max_num_queries):
+    for _ in range(3):
+        activate(won_lease(tenant))
+    events.sync_events()
+    client = client_for(tenant)
+
+    with django_assert_max_num_queries(6):
+        response = client.get("/api/v1/events/")
+
+    assert len(response.json()["results"]) == 3

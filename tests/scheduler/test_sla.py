@@ -16,6 +16,7 @@ from tests.factories import client_for, make_org
 from tests.scheduler.sla_builders import (
     HOUR,
     activate,
+    end,
     funded_tenant,
     gpu_health,
     gpus_of,
@@ -205,6 +206,23 @@ def test_downtime_counts_only_while_the_gpu_serves_the_active_lease(lease, provi
 
     assert m.down_gpu_seconds == 0
     assert sla.evaluate_lease(lease=lease, now=lease.starts_at + 10 * HOUR) is None
+
+
+def test_a_lease_ended_early_is_measured_until_its_end_and_credited_after_it(lease):
+    gpu = lease_gpus(lease)[3]
+    gpu_health(gpu, "failed", lease.starts_at + 1 * HOUR)
+    gpu_health(gpu, "ok", lease.starts_at + 1.5 * HOUR, from_value="failed")
+    ended = end(lease, lease.starts_at + 5 * HOUR)
+    gpu_health(gpu, "failed", lease.starts_at + 5.5 * HOUR)  # after the end: not ours
+
+    [credit_id] = sla.evaluate_slas(now=lease.starts_at + 5.5 * HOUR)
+
+    # 1800 of 8 × 18 000 = 144 000 GPU-s down: 98.75 %
+    credit = SlaCredit.objects.get(pk=credit_id)
+    assert (credit.lease_id, credit.down_gpu_seconds, credit.lease_gpu_seconds) == (
+        ended.pk, 1800, 144_000)
+    assert credit.amount_micros == 6_250_000
+    assert sla.evaluate_slas(now=lease.starts_at + 7 * HOUR) == []  # past the hour of grace
 
 
 def test_a_gpu_still_failed_counts_until_now(lease):
