@@ -45,6 +45,8 @@ class SlaMeasurementSerializer(serializers.Serializer):
     activation_s = serializers.IntegerField(allow_null=True)
     activation_late = serializers.BooleanField()
     down_gpus = GpuDowntimeSerializer(many=True)
+    locality_now = serializers.JSONField(help_text="where its GPUs sit now")
+    locality_kept = serializers.BooleanField(help_text="no farther apart than promised")
 
 
 class SlaCreditSerializer(serializers.ModelSerializer):
@@ -104,7 +106,9 @@ class LeaseSlaView(APIView):
                 "availability_breached": sla.measure_core.breaches_availability(
                     m.down_gpu_seconds, m.lease_gpu_seconds, target),
                 "activation_s": m.activation_s, "activation_late": m.activation_late,
-                "down_gpus": [{"gpu": g.gpu, "seconds": g.seconds} for g in m.gpus]},
+                "down_gpus": [{"gpu": g.gpu, "seconds": g.seconds} for g in m.gpus],
+                "locality_now": report["locality_now"],
+                "locality_kept": report["locality_kept"]},
             "cost_so_far": report["cost_so_far_micros"],
             "owed": owed.total_micros,
             "credited": sum(c.amount_micros for c in report["credits"]),

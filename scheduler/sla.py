@@ -32,6 +32,7 @@ from market import leasing
 from market import services as money
 from market.models import Allocation, Lease, LeaseEvent, UsageRecord
 from market.money import to_dollars
+from market.orders import max_hops
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
 from scheduler import events
@@ -160,6 +161,27 @@ def measure(lease: Lease, sla: LeaseSla, now: datetime) -> Measurement:
                        activation_s, late, downtimes)
 
 
+def locality_now(lease: Lease, at: datetime) -> dict:
+    """Where the lease's GPUs sit at `at`, in the terms it was sold with (leaves, spines,
+    max_hops), to compare with the promised locality after a move."""
+    keys = [(fabric, spine, leaf, host) for fabric, spine, leaf, host, period in
+            Allocation.objects.filter(lease=lease).values_list(
+                "gpu__node__fabric__name", "gpu__node__host__spine", "gpu__node__host__leaf",
+                "gpu__node__hostname", "period")
+            if period.lower <= at and (period.upper is None or at < period.upper)]
+    if not keys:
+        return {}
+    return {"leaves": len({(k[0], k[2]) for k in keys}),
+            "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
+
+
+def locality_kept(promised: dict, now: dict) -> bool:
+    """No farther apart than sold (no promise, or no GPUs held now: nothing to break)."""
+    if not promised or not now:
+        return True
+    return now["max_hops"] <= promised.get("max_hops", now["max_hops"])
+
+
 def cost_so_far_micros(lease: Lease) -> int:
     """What the lease has been billed (usage refs are `L-<id>:<provider>:<price>`)."""
     total = UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease.pk}:").aggregate(
@@ -285,6 +307,9 @@ def sla_report(lease: Lease, now: datetime | None = None) -> dict:
     sla = ensure_sla(lease)
     m = measure(lease, sla, now)
     o = owed_for(lease, sla, m)
-    return {"sla": sla, "measurement": m, "owed": o,
+    at = m.measured_until - timedelta(microseconds=1)  # allocations end at the lease's end
+    current = locality_now(lease, at)
+    return {"sla": sla, "measurement": m, "owed": o, "locality_now": current,
+            "locality_kept": locality_kept(sla.promised_locality, current),
             "cost_so_far_micros": cost_so_far_micros(lease),
             "credits": list(SlaCredit.objects.filter(lease=lease).order_by("window_start"))}

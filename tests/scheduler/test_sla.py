@@ -70,6 +70,25 @@ def test_a_multi_node_lease_keeps_the_locality_it_was_sold_with(provider, tenant
     assert sla.ensure_sla(lease).pk == terms.pk  # stored once
 
 
+def test_the_sla_shows_whether_a_multi_node_lease_still_sits_as_close_as_promised(provider,
+                                                                                tenant):
+    from market.models import Allocation
+
+    lease = activate(won_lease(tenant, gpus=16))
+    client = client_for(tenant)
+    kept = client.get(f"/api/v1/leases/{lease.pk}/sla/").json()["measurement"]
+    moved = Allocation.objects.filter(lease=lease).order_by("id").first()
+    far = next(g for g in gpus_of(provider)
+               if g.node.host.leaf != moved.gpu.node.host.leaf)
+    Allocation.objects.filter(pk=moved.pk).update(gpu=far)  # as a migration would
+
+    broken = client.get(f"/api/v1/leases/{lease.pk}/sla/").json()["measurement"]
+
+    assert kept["locality_now"] == {"leaves": 1, "spines": 1, "max_hops": 2}
+    assert kept["locality_kept"] is True
+    assert broken["locality_now"]["max_hops"] == 4 and broken["locality_kept"] is False
+
+
 def test_reserved_promises_99_9_percent_and_spot_promises_nothing(provider, tenant):
     reserved = won_lease(tenant, tier="reserved")
     spot = won_lease(tenant, tier="spot")
