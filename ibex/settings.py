@@ -255,3 +255,16 @@ CELERY_BEAT_SCHEDULE.update({
     "retry-resting-orders": {"task": "market.retry_resting_orders", "schedule": 15.0},
     "complete-ended-leases": {"task": "market.complete_ended_leases", "schedule": 30.0},
 })
+
+# --- SLAs, tenant events and webhooks (scheduler/) --------------------------------------------
+SLA_CREDIT_MULTIPLIER = env_int("SLA_CREDIT_MULTIPLIER", 5)  # × down GPU-hours × price
+SLA_ENDED_GRACE_S = env_int("SLA_ENDED_GRACE_S", 3600)  # ended leases are re-checked this long
+WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8)
+WEBHOOK_BACKOFF_BASE_S = env_int("WEBHOOK_BACKOFF_BASE_S", 10)
+WEBHOOK_BACKOFF_CAP_S = env_int("WEBHOOK_BACKOFF_CAP_S", 3600)
+WEBHOOK_TIMEOUT_S = env_int("WEBHOOK_TIMEOUT_S", 10)
+CELERY_BEAT_SCHEDULE.update({
+    "evaluate-slas": {"task": "scheduler.evaluate_slas", "schedule": 60.0},
+    "sync-events": {"task": "scheduler.sync_events", "schedule": 10.0},
+    "fan-out-events": {"task": "scheduler.fan_out_events", "schedule": 15.0},
+})
