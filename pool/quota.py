@@ -312,10 +312,9 @@ def waiting_reason(tree: QuotaTree, workload: Workload, usage: Usage) -> str:
     else:
         limit = "" if q.borrowing_limit is None else f" (borrowing limit {q.borrowing_limit})"
         parts.append(f"cohort can lend {lend}{limit}")
-        if q.borrowing_limit is not None and borrowed(tree, w.queue, w.model, usage) + max(
-            0, w.gpus - free
-        ) > q.borrowing_limit:
-            parts.append(f"already borrowing {borrowed(tree, w.queue, w.model, usage)}")
+        already = borrowed(tree, w.queue, w.model, usage)
+        if q.borrowing_limit is not None and already:
+            parts.append(f"already borrowing {already}")
     if w.gpus > q.nominal + (q.borrowing_limit if q.borrowing_limit is not None else 10**18):
         parts.append("more than the queue may ever hold")
     return ", ".join(parts)
