@@ -211,6 +211,12 @@ class QuotaTree:
         q = self.node(name).quota(model)
         return q.nominal if q else 0
 
+    def capacity(self, name: str, model: str) -> int:
+        """All nominal quota under a node (its own plus its descendants'), lendable or not."""
+        node = self.node(name)
+        return self.nominal(node.name, model) + sum(
+            self.capacity(c, model) for c in self._children[node.name])
+
     def lendable(self, name: str, model: str) -> int:
         """What a node contributes to its parent's pool."""
         subtree, guaranteed = self._static(self.node(name).name, model)
