@@ -297,6 +297,10 @@ def dominant_share(tree: QuotaTree, queue: str, usage: Usage) -> Fraction:
     return share
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def waiting_reason(tree: QuotaTree, workload: Workload, usage: Usage) -> str:
     """Why a workload cannot be admitted now, in words a tenant can read."""
     w = workload
@@ -311,7 +315,7 @@ def waiting_reason(tree: QuotaTree, workload: Workload, usage: Usage) -> str:
     free = max(0, q.nominal - used)
     avail = available_to(tree, w.queue, w.model, usage)
     lend = max(0, avail - free)
-    parts = [f"needs {w.gpus} GPUs: {free} free in quota {w.queue}"]
+    parts = [f"needs {_gpus(w.gpus)}: {free} free in quota {w.queue}"]
     node = tree.node(w.queue)
     if node.parent is None:
         parts.append("no cohort to borrow from")
@@ -359,7 +363,7 @@ def admit(tree: QuotaTree, usage: Usage, pending: Iterable[Workload]) -> Admissi
                                                            current):
                         break
                     queues[queue].pop(0)
-                    reason = (f"needs {head.gpus} GPUs: a workload must ask for at least one"
+                    reason = (f"needs {_gpus(head.gpus)}: a workload must ask for at least one"
                               if head.gpus <= 0 else waiting_reason(tree, head, current))
                     waiting.append((head, reason))
                 if not queues[queue]:

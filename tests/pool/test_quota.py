@@ -125,7 +125,7 @@ def test_lending_limit_is_respected():
     assert available_to(tree, "physics", H, {}) == 12  # 8 + only 4 lent by chemistry
     result = admit(tree, {}, [wl("a", "physics", 12), wl("b", "physics", 1, at=1)])
     assert ids(result) == ["a"]
-    assert result.waiting[0][1] == "needs 1 GPUs: 0 free in quota physics, cohort can lend 0"
+    assert result.waiting[0][1] == "needs 1 GPU: 0 free in quota physics, cohort can lend 0"
     # chemistry keeps its 12 guaranteed GPUs whatever physics does
     assert available_to(tree, "chemistry", H, result.usage) == 12
 
