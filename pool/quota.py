@@ -144,6 +144,9 @@ class QuotaTree:
     def nodes(self) -> Mapping[str, QuotaNode]:
         return dict(self._nodes)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
     def node(self, name: str) -> QuotaNode:
         try:
             return self._nodes[name]
@@ -304,7 +307,7 @@ def _gpus(n: int) -> str:
 def waiting_reason(tree: QuotaTree, workload: Workload, usage: Usage) -> str:
     """Why a workload cannot be admitted now, in words a tenant can read."""
     w = workload
-    if w.queue not in tree.nodes:
+    if w.queue not in tree:
         return f"no quota queue named {w.queue}"
     if not tree.is_queue(w.queue):
         return f"{w.queue} groups other queues; submit to one of them"
@@ -357,7 +360,7 @@ def admit(tree: QuotaTree, usage: Usage, pending: Iterable[Workload]) -> Admissi
             for queue in sorted(queues):
                 while queues[queue]:
                     head = queues[queue][0]
-                    valid = (head.gpus > 0 and head.queue in tree.nodes
+                    valid = (head.gpus > 0 and head.queue in tree
                              and tree.is_queue(head.queue))
                     if valid and head.gpus <= available_to(tree, head.queue, head.model,
                                                            current):
@@ -432,7 +435,7 @@ def reclaim(tree: QuotaTree, usage: Usage | None, running: Sequence[RunningLease
             cur = _add(cur, v.queue, v.model, -v.gpus)
         return w.gpus <= available_to(tree, w.queue, w.model, cur)
 
-    if w.queue not in tree.nodes or not tree.is_queue(w.queue):
+    if w.queue not in tree or not tree.is_queue(w.queue):
         return []
     if fits([]):
         return []
@@ -443,7 +446,7 @@ def reclaim(tree: QuotaTree, usage: Usage | None, running: Sequence[RunningLease
     if within_nominal:
         root = tree.root(w.queue)
         for lease in same_model:
-            if lease.queue == w.queue or lease.queue not in tree.nodes:
+            if lease.queue == w.queue or lease.queue not in tree:
                 continue
             if tree.root(lease.queue) != root:
                 continue
@@ -508,7 +511,7 @@ def apply_schedule(tree: QuotaTree, schedule: TidalSchedule, at: float,
     new_tree = tree.with_nominals(schedule.nominals_at(at))
     excess = []
     for queue, models in sorted((usage or {}).items()):
-        if queue not in new_tree.nodes:
+        if queue not in new_tree:
             continue
         for model, used in sorted(models.items()):
             over = used - new_tree.nominal(queue, model)

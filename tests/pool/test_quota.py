@@ -55,6 +55,7 @@ def test_tree_validation():
         ModelQuota(-1)
     tree = QuotaTree([QuotaNode("physics", cohort="campus", quotas=q(8))])
     assert tree.queues() == ["physics"]
+    assert "campus" in tree and "nowhere" not in tree
     assert tree.ancestors("physics") == ["campus"]
     assert not tree.is_queue("campus")
 
