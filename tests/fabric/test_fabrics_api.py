@@ -158,3 +158,19 @@ def test_a_tenant_sees_only_levels_and_counts_of_the_fabrics_it_leases_on(db):
     assert "hpc-provider" not in str(seen)
     assert client.get(f"/api/v1/fabrics/{seen['id']}/topology.conf").status_code == 404
     assert client_for(bystander).get("/api/v1/fabrics/").json()["results"] == []
+
+
+def test_topology_conf_errors_are_json_and_say_so(provider_client):
+    # Found by the API fuzzer (2026-11-30): a 404 or 400 came back as JSON labelled text/plain.
+    from tests.fabric.conftest import SLURM_TREE
+
+    fabric_id = import_lab(provider_client, SLURM_TREE).json()["id"]
+
+    missing = provider_client.get("/api/v1/fabrics/0/topology.conf")
+    bad = provider_client.get(f"/api/v1/fabrics/{fabric_id}/topology.conf?format=xml")
+
+    assert missing.status_code == 404
+    assert missing["Content-Type"] == "application/json"
+    assert missing.json()["error"]["code"] == "not_found"
+    assert bad["Content-Type"] == "application/json"
+    assert bad.json()["error"]["fields"]["format"]
