@@ -25,6 +25,8 @@ _ALLOWED = {
     "BlockSizes": {"BlockSizes"},
 }
 _BAD_NAME_CHARS = set("[],=#")
+# What the database's link rate column (7 digits, one after the point) holds, in Gb/s.
+MIN_LINK_SPEED, MAX_LINK_SPEED = 0.1, 100_000.0
 
 
 @dataclass
@@ -154,8 +156,10 @@ def _link_speed(value: str | None, path: str, line: int) -> float | None:
         speed = float(value)
     except ValueError:
         speed = -1.0
-    if speed <= 0:
-        raise FabricFormatError(path, line, f"LinkSpeed must be a positive number, not {value!r}")
+    if not MIN_LINK_SPEED <= speed <= MAX_LINK_SPEED:  # also refuses nan and inf
+        raise FabricFormatError(
+            path, line, f"LinkSpeed must be a number from {MIN_LINK_SPEED:g} to "
+                        f"{MAX_LINK_SPEED:g} (Gb/s), not {value!r}")
     return speed
 
 

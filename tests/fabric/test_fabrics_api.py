@@ -50,6 +50,15 @@ def test_a_bad_file_answers_400_naming_the_file_field_and_line(provider_client):
     assert Fabric.objects.count() == 0
 
 
+def test_a_link_speed_too_big_for_the_database_answers_400_and_saves_nothing(provider_client):
+    # Found by the importer fuzzer (2026-11-30): LinkSpeed=1e12 was a 500 (numeric overflow).
+    response = import_lab(provider_client, "SwitchName=s1 Nodes=gpu[01-04] LinkSpeed=1e12\n")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["file"][0].startswith("topology.conf:1: LinkSpeed")
+    assert not Fabric.objects.exists()
+
+
 def test_an_unknown_format_or_missing_name_names_the_field(provider_client):
     response = provider_client.post(
         "/api/v1/fabrics/import/", {"file": upload("x"), "format": "xml"}, format="multipart"

@@ -117,7 +117,15 @@ def test_block_file_without_larger_sizes_makes_each_block_its_own_spine():
          "site/topology.conf:1: a line must start with SwitchName=, BlockName= or BlockSizes=, not Nodes="),
         ("SwitchName=a Nodes=n[1-2],n2\n", "site/topology.conf:1: 'n2' listed twice"),
         ("SwitchName=a Nodes=n1 LinkSpeed=fast\n",
-         "site/topology.conf:1: LinkSpeed must be a positive number, not 'fast'"),
+         "site/topology.conf:1: LinkSpeed must be a number from 0.1 to 100000 (Gb/s), not 'fast'"),
+        # found by the importer fuzzer (2026-11-30): these reached the database and failed there
+        ("SwitchName=a Nodes=n1 LinkSpeed=9999999999\n",
+         "site/topology.conf:1: LinkSpeed must be a number from 0.1 to 100000 (Gb/s), "
+         "not '9999999999'"),
+        ("SwitchName=a Nodes=n1 LinkSpeed=nan\n",
+         "site/topology.conf:1: LinkSpeed must be a number from 0.1 to 100000 (Gb/s), not 'nan'"),
+        ("SwitchName=a Nodes=n1 LinkSpeed=1e309\n",
+         "site/topology.conf:1: LinkSpeed must be a number from 0.1 to 100000 (Gb/s), not '1e309'"),
         ("SwitchName=a Nodes=n1\nBlockName=b Nodes=n2\n",
          "site/topology.conf:2: mixes tree (SwitchName) and block records"),
         ("BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[2-3]\n",
