@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from fabric.errors import FabricFormatError, HostlistError
 from fabric.hostlist import compress_hostlist, expand_hostlist, natural_key, natural_sorted
 from fabric.levels import NodeDomains, compute_domains, group_name
-from fabric.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec, synthetic_guid
+from fabric.spec import (
+    MAX_NAME_LENGTH,
+    FabricSpec,
+    HcaSpec,
+    LinkSpec,
+    SwitchSpec,
+    synthetic_guid,
+)
 
 _KEYS = {k.lower(): k for k in ("SwitchName", "Switches", "Nodes", "LinkSpeed", "BlockName",
                                  "BlockSizes")}
@@ -146,6 +153,9 @@ def _hostlist(value: str, path: str, line: int) -> list[str]:
 def _name(value: str, what: str, path: str, line: int) -> str:
     if _BAD_NAME_CHARS & set(value):
         raise FabricFormatError(path, line, f"malformed {what} name {value!r}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise FabricFormatError(
+            path, line, f"{what} name {value[:20]!r}... is longer than {MAX_NAME_LENGTH} characters")
     return value
 
 

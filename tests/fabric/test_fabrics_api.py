@@ -59,6 +59,15 @@ def test_a_link_speed_too_big_for_the_database_answers_400_and_saves_nothing(pro
     assert not Fabric.objects.exists()
 
 
+def test_a_name_too_long_for_the_database_answers_400_and_saves_nothing(provider_client):
+    # Found by the importer fuzzer (2026-11-30): a 201-character host name was a 500.
+    response = import_lab(provider_client, "SwitchName=s1 Nodes=" + "n" * 201 + "\n")
+
+    assert response.status_code == 400
+    assert "longer than 64 characters" in response.json()["error"]["fields"]["file"][0]
+    assert not Fabric.objects.exists()
+
+
 def test_an_unknown_format_or_missing_name_names_the_field(provider_client):
     response = provider_client.post(
         "/api/v1/fabrics/import/", {"file": upload("x"), "format": "xml"}, format="multipart"

@@ -15,8 +15,8 @@ import os
 import hypothesis
 import pytest
 import schemathesis
-from django.core.handlers.wsgi import WSGIHandler
 from django.core import signals
+from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, transaction
 from drf_spectacular.generators import SchemaGenerator
 from schemathesis.checks import (

@@ -45,7 +45,8 @@ TOKENS = st.sampled_from([
     "4xNDR", "12xXDR", "3xHDR", "caguid=0x1", "switchguid=0x1", "\x00", "\u00e9", "\u2028",
     "\u0663", "\U0001f600", "9" * 30, "-1", "0", "1e309", "nan", "inf", "node[1-99999999]",
 ])
-NUMBERS = st.sampled_from(["0", "-1", "9" * 25, "18446744073709551616", "2147483648", "00"])
+NUMBERS = st.sampled_from(["0", "-1", "9" * 25, "18446744073709551616", "2147483648", "00",
+                           "9" * 5000, "\u00b2", "\u0663", "f" * 40])
 
 
 @st.composite
@@ -56,7 +57,7 @@ def mutated(draw, seeds):
         i, j = (draw(st.integers(0, len(lines) - 1)) for _ in range(2))
         at = draw(st.integers(0, len(text)))
         op = draw(st.sampled_from(["delete", "duplicate", "swap", "flip", "truncate", "insert",
-                                   "token", "number"]))
+                                   "token", "number", "stretch", "replace-all"]))
         if op == "delete":
             del lines[i]
         elif op == "duplicate":
@@ -74,6 +75,14 @@ def mutated(draw, seeds):
             text = text[:at] + draw(st.one_of(st.text(max_size=12), st.just(garbage))) + text[at:]
         elif op == "token":
             text = text[:at] + draw(TOKENS) + text[at:]
+        elif op == "stretch":  # a name, number or description made hundreds of times longer
+            end = min(len(text), at + draw(st.integers(1, 8)))
+            text = text[:at] + text[at:end] * draw(st.integers(2, 400)) + text[end:]
+        elif op == "replace-all":  # change one word everywhere, so both ends of a cable agree
+            words = sorted(set(text.replace('"', " ").split()))
+            if words:
+                word = draw(st.sampled_from(words))
+                text = text.replace(word, draw(st.one_of(NUMBERS, st.just(word * 40))))
         else:  # replace a run of digits with a huge, negative or zero number
             digits = [k for k, c in enumerate(text) if c.isdigit()]
             if digits:
