@@ -6,7 +6,7 @@ and body. Every example runs in a savepoint that is rolled back, so one example'
 (a deleted fabric, a rotated token) do not change what the next one sees.
 
 Bounded for the suite (FUZZ_EXAMPLES per operation and persona); a long campaign:
-    IBEX_FUZZ_EXAMPLES=500 pytest tests/security/test_api_fuzz.py
+    IBEX_FUZZ_EXAMPLES=300 IBEX_FUZZ_COVERAGE=1 pytest -rxX tests/security/test_api_fuzz.py
 """
 
 import functools
@@ -30,7 +30,7 @@ from fabric import generators
 from fabric import services as fabric_services
 from ibex.accounts.models import ApiKey
 from ibex.accounts.services import issue_api_key
-from tests.factories import make_org
+from tests.factories import client_for, make_org
 from tests.pool.conftest import node_body
 
 FUZZ_EXAMPLES = int(os.environ.get("IBEX_FUZZ_EXAMPLES", "12"))
@@ -55,11 +55,14 @@ def application(environ, start_response):
 
 schema.app = application
 schema.config.phases.coverage.enabled = COVERAGE
-# The schema and Swagger UI pages describe the API rather than being part of it.
-schema = schema.exclude(path_regex=r"^/api/v1/(schema|docs)/$")
+# Left out: the schema and Swagger UI pages describe the API rather than being part of it; the
+# Stripe webhook takes only bodies signed with the endpoint secret, so generated bodies would
+# all stop at the signature check (its own tests send signed events).
+schema = schema.exclude(path_regex=r"^/api/v1/(schema/|docs/|stripe/webhook/)$")
 
 # Failures in market/, which is another branch's to fix (reported 2026-11-30, see
-# docs/security.md): expected to fail until fixed there, and not hiding anything else.
+# docs/security.md): their tests are marked xfail (not strict) by tests/security/conftest.py
+# until fixed there; every other operation must pass.
 KNOWN_MARKET_FAILURES = {
     "GET /api/v1/markets/{gpu_model}/history/":
         "the response is paginated ({next, previous, results}) but documented as an array",
@@ -79,11 +82,7 @@ def world(db):
     every_scope = list(ApiKey.Scope.values)  # "admin" too, or key management is only a 403
     keys = {name: issue_api_key(organization=org, scopes=every_scope)
             for name, org in (("tenant", tenant), ("provider", provider), ("operator", operator))}
-    from rest_framework.test import APIClient
-
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {keys['provider'].raw_key}")
-    node = client.post("/api/v1/nodes/", node_body(), format="json").json()
+    node = client_for(provider).post("/api/v1/nodes/", node_body(), format="json").json()
     # Django closes the connection at the start and end of a request when it is inside a
     # transaction; the test client (used just above, and it reconnects them after its
     # request) stops that, and so must this in-process caller that is not the test client.
@@ -122,9 +121,5 @@ def test_api(case, persona, world):
     with transaction.atomic():
         try:
             case.call_and_validate(headers=headers, checks=CHECKS)
-        except Exception:
-            if case.operation.label in KNOWN_MARKET_FAILURES:
-                pytest.xfail(KNOWN_MARKET_FAILURES[case.operation.label])
-            raise
         finally:
             transaction.set_rollback(True)
