@@ -60,17 +60,6 @@ schema.config.phases.coverage.enabled = COVERAGE
 # all stop at the signature check (its own tests send signed events).
 schema = schema.exclude(path_regex=r"^/api/v1/(schema/|docs/|stripe/webhook/)$")
 
-# Failures in market/, which is another branch's to fix (reported 2026-11-30, see
-# docs/security.md): their tests are marked xfail (not strict) by tests/security/conftest.py
-# until fixed there; every other operation must pass.
-KNOWN_MARKET_FAILURES = {
-    "GET /api/v1/markets/{gpu_model}/history/":
-        "the response is paginated ({next, previous, results}) but documented as an array",
-    "GET /api/v1/account/entries/":
-        "?since= with a UTC offset beyond 15:59 (e.g. +23:06) reaches PostgreSQL: a 500",
-}
-
-
 @pytest.fixture
 def world(db):
     """Three personas and something for each endpoint to find: {persona: headers}, ids."""
