@@ -31,6 +31,15 @@ def test_every_operation_documents_its_error_shape(client):
     assert schema["components"]["schemas"]["Error"]["required"] == ["error"]
 
 
+def test_a_host_not_allowed_is_refused_in_the_error_shape(client):
+    # Found by the API fuzzer (2026-11-30): Django's own 400 was an HTML page.
+    response = client.get("/api/v1/me/", HTTP_HOST="vbRiq{")
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "bad_request"
+
+
 def test_the_schema_is_served_as_openapi_3(client):
     response = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json")
 
