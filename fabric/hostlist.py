@@ -15,6 +15,7 @@ from fabric.errors import HostlistError
 # A guard against expressions such as node[1-999999999] that would exhaust memory.
 MAX_EXPANSION = 5_000_000
 
+_BOUND = re.compile(r"[0-9]{1,18}")  # ASCII digits: "²".isdigit() holds, int("²") fails
 _TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
 _NATURAL_PARTS = re.compile(r"(\d+)")
 
@@ -55,7 +56,7 @@ def _expand_ranges(body: str, expression: str) -> list[str]:
     values: list[str] = []
     for part in body.split(","):
         low, dash, high = part.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        if not _BOUND.fullmatch(low) or (dash and not _BOUND.fullmatch(high)):
             raise HostlistError(f"bad range {part!r} in hostlist {expression!r}")
         if not dash:
             values.append(low)

@@ -24,7 +24,16 @@ import re
 from dataclasses import dataclass, field
 
 from fabric.errors import FabricFormatError
-from fabric.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec, normalise_guid
+from fabric.spec import (
+    MAX_DESCRIPTION_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_PORTS,
+    FabricSpec,
+    HcaSpec,
+    LinkSpec,
+    SwitchSpec,
+    normalise_guid,
+)
 
 # Gb/s per lane, as marketed (4xNDR = 400 Gb/s).
 LANE_RATE_GBPS = {
@@ -35,15 +44,15 @@ WIDTHS = {1, 2, 4, 8, 12}
 
 _HEADER = re.compile(r"^(vendid|devid|sysimgguid|switchguid|caguid|rtguid)=\S+$")
 _NODE = re.compile(
-    r'^(?P<type>Switch|Ca|Rt)\s+(?P<ports>\d+)\s+"(?P<prefix>[SHR])-(?P<guid>(?:0x)?[0-9a-fA-F]+)"'
+    r'^(?P<type>Switch|Ca|Rt)\s+(?P<ports>\d{1,3})\s+"(?P<prefix>[SHR])-(?P<guid>(?:0x)?[0-9a-fA-F]+)"'
     r'\s*(?:#\s*"(?P<desc>[^"]*)")?(?P<rest>.*)$'
 )
 _PORT = re.compile(
-    r"^\[(?P<port>\d+)\](?:\[ext \d+\])?(?:\((?P<portguid>[0-9a-fA-F]+)\))?\s+"
-    r'"(?P<rprefix>[SHR])-(?P<rguid>(?:0x)?[0-9a-fA-F]+)"\[(?P<rport>\d+)\](?:\[ext \d+\])?'
+    r"^\[(?P<port>\d{1,3})\](?:\[ext \d+\])?(?:\((?P<portguid>[0-9a-fA-F]+)\))?\s+"
+    r'"(?P<rprefix>[SHR])-(?P<rguid>(?:0x)?[0-9a-fA-F]+)"\[(?P<rport>\d{1,3})\](?:\[ext \d+\])?'
     r"(?:\([0-9a-fA-F]+\))?\s*(?:#(?P<comment>.*))?$"
 )
-_RATE = re.compile(r"\b(\d+)x(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR)\b")
+_RATE = re.compile(r"\b(\d{1,2})x(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR)\b")
 _DEFAULT_CA = re.compile(r"^(MT\d+\b|.*Mellanox Technologies|.*NVIDIA Technologies)", re.I)
 _SWITCH_NAME_UNSAFE = re.compile(r"[\s\[\],=#\"]")
 
@@ -88,10 +97,19 @@ def _rate(comment: str) -> tuple[float | None, str | None]:
     return int(width) * LANE_RATE_GBPS[speed], f"{width}x"
 
 
+def _guid(state: _State, text: str, line: int) -> str:
+    guid = normalise_guid(text)
+    if len(guid) > 18:
+        state.fail(line, f"GUID {text[:24]!r}... is longer than 64 bits")
+    return guid
+
+
 def _read_node(state: _State, match: re.Match, line: int) -> _Node:
     if match["type"] == "Rt":
         state.fail(line, "router (Rt) records are not supported")
-    guid = normalise_guid(match["guid"])
+    if not 1 <= int(match["ports"]) <= MAX_PORTS:
+        state.fail(line, f"a node has 1 to {MAX_PORTS} ports, not {match['ports']}")
+    guid = _guid(state, match["guid"], line)
     if guid in state.nodes:
         state.fail(line, f"duplicate GUID {guid} (first on line {state.nodes[guid].line})")
     node = _Node(match["type"], guid, int(match["ports"]), match["desc"] or "", line)
@@ -101,7 +119,7 @@ def _read_node(state: _State, match: re.Match, line: int) -> _Node:
 
 def _read_port(state: _State, node: _Node, match: re.Match, line: int) -> None:
     port, rport = int(match["port"]), int(match["rport"])
-    remote_guid = normalise_guid(match["rguid"])
+    remote_guid = _guid(state, match["rguid"], line)
     if port < 1 or port > node.ports:
         state.fail(line, f"port {port} outside the {node.ports} ports of {node.guid}")
     if remote_guid == node.guid:
@@ -169,7 +187,8 @@ def _switch_names(switches: list[_Node]) -> dict[str, str]:
         counts[name] = counts.get(name, 0) + 1
     names = {}
     for guid, name in wanted.items():
-        unusable = not name or _SWITCH_NAME_UNSAFE.search(name) or counts[name] > 1
+        unusable = (not name or _SWITCH_NAME_UNSAFE.search(name) or counts[name] > 1
+                    or len(name) > MAX_NAME_LENGTH)
         names[guid] = f"S-{guid[2:]}" if unusable else name
     return names
 
@@ -179,9 +198,12 @@ def parse_ibnetdiscover(
 ) -> FabricSpec:
     state = _scan(text, path)
     for cable in state.cables:
-        for guid, _port in (cable.a, cable.b):
+        for guid, port in (cable.a, cable.b):
             if guid not in state.nodes:
                 state.fail(cable.line, f"link to an unknown node {guid}")
+            if not 1 <= port <= state.nodes[guid].ports:
+                state.fail(cable.line, f"port {port} outside the {state.nodes[guid].ports} "
+                                       f"ports of {guid}")
     hosts = {
         guid: host_of_description(node.description)
         for guid, node in state.nodes.items()
@@ -205,6 +227,10 @@ def parse_ibnetdiscover(
             if host is None:
                 continue  # factory description: the CA and its cable are left out
             node = state.nodes[a[0]]
+            if len(host) > MAX_NAME_LENGTH or len(node.description) > MAX_DESCRIPTION_LENGTH:
+                state.fail(node.line, f"CA description {node.description[:20]!r}... names a host "
+                           f"longer than {MAX_NAME_LENGTH} characters or is longer than "
+                           f"{MAX_DESCRIPTION_LENGTH}")
             hcas.append(HcaSpec(a[0], host, a[1], node.description, line=node.line))
         links.append(LinkSpec(a[0], a[1], b[0], b[1], cable.rate_gbps, cable.width,
                               line=cable.line))

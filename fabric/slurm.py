@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from fabric.errors import FabricFormatError, HostlistError
 from fabric.hostlist import compress_hostlist, expand_hostlist, natural_key, natural_sorted
 from fabric.levels import NodeDomains, compute_domains, group_name
-from fabric.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec, synthetic_guid
+from fabric.spec import (
+    MAX_NAME_LENGTH,
+    FabricSpec,
+    HcaSpec,
+    LinkSpec,
+    SwitchSpec,
+    synthetic_guid,
+)
 
 _KEYS = {k.lower(): k for k in ("SwitchName", "Switches", "Nodes", "LinkSpeed", "BlockName",
                                  "BlockSizes")}
@@ -25,6 +32,8 @@ _ALLOWED = {
     "BlockSizes": {"BlockSizes"},
 }
 _BAD_NAME_CHARS = set("[],=#")
+# What the database's link rate column (7 digits, one after the point) holds, in Gb/s.
+MIN_LINK_SPEED, MAX_LINK_SPEED = 0.1, 100_000.0
 
 
 @dataclass
@@ -144,6 +153,9 @@ def _hostlist(value: str, path: str, line: int) -> list[str]:
 def _name(value: str, what: str, path: str, line: int) -> str:
     if _BAD_NAME_CHARS & set(value):
         raise FabricFormatError(path, line, f"malformed {what} name {value!r}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise FabricFormatError(
+            path, line, f"{what} name {value[:20]!r}... is longer than {MAX_NAME_LENGTH} characters")
     return value
 
 
@@ -154,8 +166,10 @@ def _link_speed(value: str | None, path: str, line: int) -> float | None:
         speed = float(value)
     except ValueError:
         speed = -1.0
-    if speed <= 0:
-        raise FabricFormatError(path, line, f"LinkSpeed must be a positive number, not {value!r}")
+    if not MIN_LINK_SPEED <= speed <= MAX_LINK_SPEED:  # also refuses nan and inf
+        raise FabricFormatError(
+            path, line, f"LinkSpeed must be a number from {MIN_LINK_SPEED:g} to "
+                        f"{MAX_LINK_SPEED:g} (Gb/s), not {value!r}")
     return speed
 
 

@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 from fabric.hostlist import natural_sorted
 
 TIERS = ("leaf", "spine", "core", "router")
+
+# What an imported file may hold, so that every spec a parser returns fits the database:
+# names as long as Linux allows a host name (a spine domain "first..last" of two of them still
+# fits the 200-character columns), descriptions as long as their column, 8-bit port numbers.
+MAX_NAME_LENGTH = 64
+MAX_DESCRIPTION_LENGTH = 200
+MAX_PORTS = 255
 KINDS = ("fat-tree", "rail-optimised", "dragonfly", "torus")
 
 Coords = tuple[int, int, int]

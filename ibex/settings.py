@@ -175,6 +175,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ibex.api.schema.document_errors",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ApiKeyScope": "ibex.accounts.models.ApiKey.Scope",
         "ProviderState": "ibex.accounts.models.ProviderProfile.State",

@@ -23,5 +23,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler400 = "ibex.api.errors.json_400"
+handler403 = "ibex.api.errors.json_403"
 handler404 = "ibex.api.errors.json_404"
 handler500 = "ibex.api.errors.json_500"

@@ -61,6 +61,17 @@ def exception_handler(exc, context):
     return response
 
 
+def json_400(request, exception=None):
+    # Django's own refusals, before any view: a Host not in ALLOWED_HOSTS, a body too large.
+    return JsonResponse(error_body("bad_request", "Bad request."),
+                        status=status.HTTP_400_BAD_REQUEST)
+
+
+def json_403(request, exception=None):
+    return JsonResponse(error_body("permission_denied", "Forbidden."),
+                        status=status.HTTP_403_FORBIDDEN)
+
+
 def json_404(request, exception=None):
     return JsonResponse(error_body("not_found", f"No such page: {request.path}"),
                         status=status.HTTP_404_NOT_FOUND)
@@ -79,4 +90,5 @@ class ApiError(exceptions.APIException):
         super().__init__(detail=message, code=code)
 
 
-__all__ = ["ApiError", "Response", "error_body", "exception_handler", "json_404", "json_500"]
+__all__ = ["ApiError", "Response", "error_body", "exception_handler", "json_400", "json_403",
+           "json_404", "json_500"]

@@ -9,7 +9,9 @@ class PlainTextRenderer(BaseRenderer):
     def render(self, data, accepted_media_type=None, renderer_context=None):
         if isinstance(data, str):
             return data.encode(self.charset)
-        # errors still come back as JSON-shaped text
+        # an error body is JSON, and says so (the content type was set before rendering)
         import json
 
+        if renderer_context and renderer_context.get("response") is not None:
+            renderer_context["response"]["Content-Type"] = "application/json"
         return json.dumps(data).encode(self.charset)

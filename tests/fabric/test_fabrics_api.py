@@ -50,6 +50,24 @@ def test_a_bad_file_answers_400_naming_the_file_field_and_line(provider_client):
     assert Fabric.objects.count() == 0
 
 
+def test_a_link_speed_too_big_for_the_database_answers_400_and_saves_nothing(provider_client):
+    # Found by the importer fuzzer (2026-11-30): LinkSpeed=1e12 was a 500 (numeric overflow).
+    response = import_lab(provider_client, "SwitchName=s1 Nodes=gpu[01-04] LinkSpeed=1e12\n")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["file"][0].startswith("topology.conf:1: LinkSpeed")
+    assert not Fabric.objects.exists()
+
+
+def test_a_name_too_long_for_the_database_answers_400_and_saves_nothing(provider_client):
+    # Found by the importer fuzzer (2026-11-30): a 201-character host name was a 500.
+    response = import_lab(provider_client, "SwitchName=s1 Nodes=" + "n" * 201 + "\n")
+
+    assert response.status_code == 400
+    assert "longer than 64 characters" in response.json()["error"]["fields"]["file"][0]
+    assert not Fabric.objects.exists()
+
+
 def test_an_unknown_format_or_missing_name_names_the_field(provider_client):
     response = provider_client.post(
         "/api/v1/fabrics/import/", {"file": upload("x"), "format": "xml"}, format="multipart"
@@ -158,3 +176,19 @@ def test_a_tenant_sees_only_levels_and_counts_of_the_fabrics_it_leases_on(db):
     assert "hpc-provider" not in str(seen)
     assert client.get(f"/api/v1/fabrics/{seen['id']}/topology.conf").status_code == 404
     assert client_for(bystander).get("/api/v1/fabrics/").json()["results"] == []
+
+
+def test_topology_conf_errors_are_json_and_say_so(provider_client):
+    # Found by the API fuzzer (2026-11-30): a 404 or 400 came back as JSON labelled text/plain.
+    from tests.fabric.conftest import SLURM_TREE
+
+    fabric_id = import_lab(provider_client, SLURM_TREE).json()["id"]
+
+    missing = provider_client.get("/api/v1/fabrics/0/topology.conf")
+    bad = provider_client.get(f"/api/v1/fabrics/{fabric_id}/topology.conf?format=xml")
+
+    assert missing.status_code == 404
+    assert missing["Content-Type"] == "application/json"
+    assert missing.json()["error"]["code"] == "not_found"
+    assert bad["Content-Type"] == "application/json"
+    assert bad.json()["error"]["fields"]["format"]

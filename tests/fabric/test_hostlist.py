@@ -39,6 +39,13 @@ def test_expand_rejects_malformed_expressions(expression):
         expand_hostlist(expression)
 
 
+@pytest.mark.parametrize("expression", ["n[1-\u00b2]", "n[\u0663-4]", "n[1-" + "9" * 5000 + "]"])
+def test_expand_rejects_bounds_int_cannot_read(expression):
+    # found by the importer fuzzer (2026-11-30): these raised ValueError, not HostlistError
+    with pytest.raises(HostlistError, match="bad range"):
+        expand_hostlist(expression)
+
+
 def test_expand_refuses_absurd_ranges():
     with pytest.raises(HostlistError, match="too large"):
         expand_hostlist("n[0-99999999]")

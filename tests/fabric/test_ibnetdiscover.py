@@ -159,3 +159,46 @@ def test_switches_with_unusable_or_shared_names_fall_back_to_their_guid():
         "MF0;spine02:MQM9700/U1", "MF0;leaf01:MQM9700/U1")
     names = sorted(s.name for s in parse_ibnetdiscover(text).switches)
     assert names == ["S-7cfe900300a00001", "S-7cfe900300a00002", "S-7cfe900300b00001", "leaf02"]
+
+
+# --- hostile files, found by the importer fuzzer (2026-11-30) ----------------------------------
+
+
+def test_a_remote_port_beyond_the_remote_port_count_is_rejected():
+    # listed from one end only, so no local check saw it; it used to reach the database
+    text = SAMPLE.replace('[63]\t"S-7cfe900300a00001"[1]\t\t# "MF0;spine01:MQM9700/U1" lid 1 4xHDR\n',
+                          "").replace('[1]\t"S-7cfe900300b00001"[63]', '[1]\t"S-7cfe900300b00001"[99]')
+    line = line_of(text, '"S-7cfe900300b00001"[99]')
+    assert error_of(text) == f"fabric.txt:{line}: port 99 outside the 64 ports of 0x7cfe900300b00001"
+
+
+@pytest.mark.parametrize("ports", ["0", "256", "9" * 5000])
+def test_a_port_count_outside_8_bits_is_rejected_not_crashing(ports):
+    text = SAMPLE.replace("Switch\t64", f"Switch\t{ports}", 1)
+    line = line_of(text, f"Switch\t{ports[:10]}")
+    assert error_of(text).startswith(f"fabric.txt:{line}: ")
+
+
+def test_a_guid_longer_than_64_bits_is_rejected():
+    text = SAMPLE.replace("7cfe900300a00001", "f" * 50)
+    line = line_of(text, "S-" + "f" * 50)
+    assert error_of(text) == (
+        f"fabric.txt:{line}: GUID '{'f' * 24}'... is longer than 64 bits")
+
+
+def test_a_link_width_of_thousands_of_digits_is_no_rate():
+    text = SAMPLE.replace("4xNDR", "9" * 5000 + "xNDR", 1)
+    assert parse_ibnetdiscover(text, path="fabric.txt").links
+
+
+@pytest.mark.parametrize("description", ["node" + "x" * 61 + " mlx5_0", "node01 " + "x" * 200])
+def test_a_host_name_or_description_too_long_to_store_is_rejected(description):
+    text = SAMPLE.replace('"node01 mlx5_0"', f'"{description}"')
+    line = line_of(text, 'Ca\t1 "H-b8599f0300e10001"')
+    assert error_of(text).startswith(f"fabric.txt:{line}: CA description")
+
+
+def test_a_switch_name_too_long_to_store_falls_back_to_its_guid():
+    text = SAMPLE.replace("MF0;spine01:", "MF0;spine" + "x" * 60 + ":")
+    names = sorted(s.name for s in parse_ibnetdiscover(text).switches)
+    assert names == ["S-7cfe900300a00001", "leaf01", "leaf02", "spine02"]

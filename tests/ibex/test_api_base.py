@@ -19,6 +19,27 @@ def test_the_openapi_schema_generates_valid_with_no_warnings(tmp_path):
     assert "/api/v1/me/" in text
 
 
+def test_every_operation_documents_its_error_shape(client):
+    # Found by the API fuzzer (2026-11-30): 400/401/403/404 answers were undocumented.
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    operations = [op for item in schema["paths"].values() for op in item.values()]
+    assert operations
+    for operation in operations:
+        assert operation["responses"]["4XX"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/Error"}
+    assert schema["components"]["schemas"]["Error"]["required"] == ["error"]
+
+
+def test_a_host_not_allowed_is_refused_in_the_error_shape(client):
+    # Found by the API fuzzer (2026-11-30): Django's own 400 was an HTML page.
+    response = client.get("/api/v1/me/", HTTP_HOST="vbRiq{")
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "bad_request"
+
+
 def test_the_schema_is_served_as_openapi_3(client):
     response = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json")
 
