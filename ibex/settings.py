@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "pool",
     "market",
     "scheduler",
+    "web",
 ]
 
 MIDDLEWARE = [
@@ -125,6 +126,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", var_dir() / "static"))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "ibex" / "static"]
 # Serve static files straight from the apps when collectstatic has not been run (demo, tests).
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 
@@ -139,6 +141,11 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 X_FRAME_OPTIONS = "DENY"
+
+# --- web marketplace (web/) ---------------------------------------------------------------
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "web:home"
+LOGOUT_REDIRECT_URL = "web:market"
 
 # --- REST API -----------------------------------------------------------------------------
 REST_FRAMEWORK = {

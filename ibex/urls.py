@@ -20,6 +20,7 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
+    path("", include("web.urls")),
 ]
 
 handler404 = "ibex.api.errors.json_404"
