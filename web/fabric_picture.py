@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from fabric.hostlist import natural_sorted
 from fabric.levels import NodeDomains
 
-CELL = 26  # one node square, with its gap
-NODE = 20
+CELL = 30  # one node square, with its gap
+NODE = 24
 LEAF_COLUMNS = 8
 LEAF_PAD = 10
 LEAF_HEAD = 18
@@ -57,8 +57,9 @@ def fill_of(state: NodeState | None) -> str:
 
 
 def layout(domains: dict[str, NodeDomains], states: dict[str, NodeState], *,
-           width: int = 1100) -> tuple[list[Box], int]:
-    """Spine boxes (each holding leaf boxes holding node marks) and the picture's height."""
+           width: int = 1100) -> tuple[list[Box], int, int]:
+    """Spine boxes (each holding leaf boxes holding node marks), and the picture's width and
+    height: spine boxes are as wide as the widest one needs, at most `width`."""
     tree: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for host, where in domains.items():
         tree[where.spine][where.leaf].append(host)
@@ -85,6 +86,10 @@ def layout(domains: dict[str, NodeDomains], states: dict[str, NodeState], *,
             x += leaf_w + GAP
             row_height = max(row_height, leaf_h)
         box.height = row_y + row_height + SPINE_PAD - y
+        box.width = max([leaf.x + leaf.width + SPINE_PAD for leaf in box.children] + [200])
         spines.append(box)
         y += box.height + GAP
-    return spines, max(y - GAP, 0)
+    used = max([spine.width for spine in spines] + [200])
+    for spine in spines:
+        spine.width = used
+    return spines, used, max(y - GAP, 0)

@@ -37,10 +37,13 @@ def _fleet(provider):
     nodes = list(
         Node.objects.filter(provider=provider).exclude(state=Node.State.RETIRED)
         .select_related("fabric", "host", "gpu_model").order_by("fabric__name", "hostname")
-        .annotate(gpu_total=Count("gpus"),
-                  gpu_ok=Count("gpus", filter=Q(gpus__health=Gpu.Health.OK)),
-                  gpu_degraded=Count("gpus", filter=Q(gpus__health=Gpu.Health.DEGRADED)),
-                  gpu_failed=Count("gpus", filter=Q(gpus__health=Gpu.Health.FAILED)),
+        # distinct: the join with the GPUs' price history repeats each GPU
+        .annotate(gpu_total=Count("gpus", distinct=True),
+                  gpu_ok=Count("gpus", distinct=True, filter=Q(gpus__health=Gpu.Health.OK)),
+                  gpu_degraded=Count("gpus", distinct=True,
+                                     filter=Q(gpus__health=Gpu.Health.DEGRADED)),
+                  gpu_failed=Count("gpus", distinct=True,
+                                   filter=Q(gpus__health=Gpu.Health.FAILED)),
                   price_low=Min("gpus__prices__price_micros",
                                 filter=Q(gpus__prices__superseded_at__isnull=True)),
                   price_high=Max("gpus__prices__price_micros",
@@ -68,10 +71,10 @@ def _pictures(provider, nodes) -> list[dict]:
                 and node.health == Node.Health.REACHABLE,
                 title=f"{node.hostname}: {node.gpus_leased}/{node.gpu_total} GPUs leased"
                       f" · {node.state}, {node.health}" + (f" — {leases}" if leases else ""))
-        spines, height = layout(node_domains(fabric), states)
+        spines, width, height = layout(node_domains(fabric), states)
         fills = Counter(mark.fill for spine in spines for leaf in spine.children
                         for mark in leaf.children)
-        pictures.append({"fabric": fabric, "spines": spines, "height": height, "fills": fills})
+        pictures.append({"fabric": fabric, "spines": spines, "width": width, "height": height, "fills": fills})
     return pictures
 
 
