@@ -18,7 +18,7 @@ class LineChart:
     x_labels: list[tuple[float, str]]
 
 
-def price_line(samples: list[tuple[datetime, int]], *, width: int = 720, height: int = 220,
+def price_line(samples: list[tuple[datetime, int]], *, width: int = 1100, height: int = 260,
                pad: int = 44) -> LineChart | None:
     """(time, micro-dollars) samples, oldest first → a line chart; None under two samples."""
     if len(samples) < 2:
@@ -33,17 +33,18 @@ def price_line(samples: list[tuple[datetime, int]], *, width: int = 720, height:
     high = high + (high - low) // 10
 
     def x(t):
-        return pad + (width - 2 * pad) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.5)
+        return pad + 30 + (width - 2 * pad - 30) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.5)
 
     def y(v):
-        return height - pad + 12 - (height - 2 * pad) * (v - low) / (high - low)
+        return 12 + (height - pad - 12) * (high - v) / (high - low)
 
     coords = [(round(x(t), 1), round(y(v), 1)) for t, v in zip(times, values, strict=True)]
     dots = [(cx, cy, f"{stamp:%Y-%m-%d %H:%M} — {dollars(v)}")
             for (cx, cy), (stamp, v) in zip(coords, samples, strict=True)]
-    tick_values = [low + (high - low) * i // 4 for i in range(5)]
+    # ticks at whole cents
+    tick_values = [round((low + (high - low) * i / 4) / 10_000) * 10_000 for i in range(5)]
     ticks = [(round(y(v), 1), dollars(v)) for v in tick_values]
-    x_labels = [(coords[0][0], f"{samples[0][0]:%m-%d %H:%M}"),
-                (coords[-1][0], f"{samples[-1][0]:%m-%d %H:%M}")]
+    x_labels = [(coords[0][0], f"{samples[0][0]:%b %d %H:%M}"),
+                (coords[-1][0], f"{samples[-1][0]:%b %d %H:%M}")]
     return LineChart(width, height, " ".join(f"{a},{b}" for a, b in coords), dots, ticks,
                      x_labels)

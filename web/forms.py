@@ -9,7 +9,7 @@ from market.models import Lease, Order
 from market.money import BadAmount, to_micros
 from pool.models import GpuModel
 
-LEVEL_CHOICES = [("", "anywhere on the fabric"), ("node", "one node"), ("leaf", "one leaf"),
+LEVEL_CHOICES = [("", "anywhere"), ("node", "one node"), ("leaf", "one leaf"),
                  ("spine", "one spine block")]
 
 

@@ -3,7 +3,7 @@
 import uuid
 
 from django.contrib import messages
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -13,6 +13,7 @@ from market import leasing, orders
 from market.leasing import ENDED
 from market.models import Allocation, Lease, Order
 from market.services import balances_of
+from pool.services import offered_gpus
 from web.forms import ORDER_FIELDS, ApiKeyForm, OrderForm
 from web.orgs import member_required, tenant_required
 
@@ -27,10 +28,33 @@ def _activity(org) -> dict:
     return {
         "orders": Order.objects.filter(tenant=org).order_by("-created_at")[:ROWS],
         "leases": [{"lease": lease, "ended": lease.state in ENDED,
-                    "gpus": [f"{a.gpu.node.hostname}/{a.gpu.index}"
-                             for a in lease.allocations.all()]} for lease in leases],
+                    "gpus": gpu_list(lease.allocations.all())} for lease in leases],
         "balances": balances_of(org),
     }
+
+
+def gpu_list(allocations) -> list[str]:
+    """Allocations → ["node-01/0-7", "node-02/0-3,6"]: each node once, its GPU indexes as ranges."""
+    by_node: dict[str, list[int]] = {}
+    for a in allocations:
+        by_node.setdefault(a.gpu.node.hostname, []).append(a.gpu.index)
+    listed = []
+    for node, indexes in by_node.items():
+        runs: list[list[int]] = []
+        for index in sorted(indexes):
+            if runs and index == runs[-1][1] + 1:
+                runs[-1][1] = index
+            else:
+                runs.append([index, index])
+        listed.append(f"{node}/" + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs))
+    return listed
+
+
+def _default_model() -> str | None:
+    """The model with the most GPUs on offer, for the order form's first choice."""
+    top = (offered_gpus().order_by().values("gpu_model__name").annotate(n=Count("id"))
+           .order_by("-n", "gpu_model__name").first())
+    return top["gpu_model__name"] if top else None
 
 
 def _place(request, form: OrderForm):
@@ -61,7 +85,8 @@ def dashboard(request):
                 request.session["last_order"] = order.pk
                 return redirect("web:dashboard")
     else:
-        form = OrderForm(initial={"idempotency_key": uuid.uuid4().hex})
+        form = OrderForm(initial={"idempotency_key": uuid.uuid4().hex,
+                                  "gpu_model": _default_model()})
     last = None
     if request.method == "GET" and (last_id := request.session.pop("last_order", None)):
         last = Order.objects.filter(tenant=org, pk=last_id).select_related("lease").first()

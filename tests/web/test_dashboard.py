@@ -30,7 +30,7 @@ def test_an_on_demand_order_fills_and_the_lease_shows_its_gpus_and_locality(
     lease = Lease.objects.get(tenant=tenant)
     assert f'data-lease="{lease.pk}"' in page
     assert "1 leaf · 1 spine · 0 hops" in page
-    assert "hpc-provider-" in page and "/7" in page  # node/index of the GPUs
+    assert "/0-7</div>" in page  # the node and the indexes of its GPUs
 
 
 def test_the_same_form_posted_twice_places_one_order(tenant_web, tenant, provider):
@@ -92,3 +92,14 @@ def test_another_tenants_lease_cannot_be_terminated(client, tenant_web, tenant, 
     lease.refresh_from_db()
     assert lease.state != "terminated"
     assert balances_of(rival).available_micros == 0
+
+
+def test_gpus_are_listed_per_node_with_their_indexes_as_ranges():
+    from types import SimpleNamespace as NS
+
+    from web.views_tenant import gpu_list
+
+    allocations = [NS(gpu=NS(node=NS(hostname=host), index=index)) for host, index in
+                   [("n1", 0), ("n1", 1), ("n1", 2), ("n1", 5), ("n2", 3)]]
+
+    assert gpu_list(allocations) == ["n1/0-2,5", "n2/3"]
