@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -24,38 +25,30 @@ def pytest_collection_modifyitems(items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def chromium(django_db_setup):
+@pytest.fixture
+def page(live_server, settings, monkeypatch):
+    """A fresh Chromium page (1280×800) against the live server, cookies over plain HTTP.
+
+    Playwright's sync API keeps an event loop running in this thread while it is started; the
+    test's own database calls stay synchronous, so Django's async-safety check is told so for
+    this test only (a browser per test keeps that out of every other test and subprocess)."""
     from playwright.sync_api import sync_playwright
 
-    # Playwright's sync API keeps an event loop in this thread while the browser runs; the
-    # tests' own database calls stay synchronous, so Django's async-safety check is told so.
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                                 args=CHROMIUM_ARGS)
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-@pytest.fixture
-def page(chromium, live_server, settings):
-    """A fresh browser page (1280×800) against the live server, with cookies over plain HTTP."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     settings.SESSION_COOKIE_SECURE = False
     settings.CSRF_COOKIE_SECURE = False
-    context = chromium.new_context(viewport={"width": 1280, "height": 800},
-                                   base_url=live_server.url)
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    yield page
-    context.close()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 800},
+                                      base_url=live_server.url)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        yield page
+        context.close()
+        browser.close()
+        # the test's database calls, made while Playwright's loop ran, used connections of
+        # their own (asgiref locals follow the loop's context): close them here
+        connections.close_all()
 
 
 @pytest.fixture

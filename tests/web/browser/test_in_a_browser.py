@@ -27,6 +27,7 @@ def test_a_visitor_sees_the_market_and_a_clearing_history(page, screenshot):
     page.goto("/")
 
     expect(page).to_have_title(re.compile("GPU market"))
+    assert page.evaluate("typeof htmx") == "object"  # the vendored htmx, served by the app
     h100 = page.locator('[data-market="H100-80GB"]')
     expect(h100).to_contain_text("$2.19 – $2.45")
     expect(h100).to_contain_text("256 of 256 GPUs")
@@ -66,6 +67,12 @@ def test_a_tenant_signs_up_orders_gpus_and_sees_the_lease(page, screenshot):
     expect(row).to_contain_text("lab-")
     expect(page.locator("#balance-available")).not_to_have_text("$5,000.00")
     screenshot(page, "tenant-dashboard", full_page=True)
+
+    page.once("dialog", lambda dialog: dialog.accept())  # "End lease N now?"
+    row.get_by_role("button", name=re.compile("Terminate")).click()  # htmx swaps the tables
+
+    expect(row.locator(".badge")).to_have_text("terminated")
+    expect(page.get_by_role("status").filter(has_text="terminated")).to_be_visible()
 
 
 def test_an_order_refused_in_the_browser_says_why_next_to_the_field(page):
