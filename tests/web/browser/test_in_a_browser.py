@@ -39,6 +39,16 @@ def test_a_visitor_sees_the_market_and_a_clearing_history(page, screenshot):
     screenshot(page, "clearing-history")
 
 
+def test_the_market_fits_a_phone_screen(page):
+    lively_market()
+    page.set_viewport_size({"width": 390, "height": 844})
+
+    page.goto("/")
+
+    expect(page.locator('[data-market="H100-80GB"]')).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
 def test_a_tenant_signs_up_orders_gpus_and_sees_the_lease(page, screenshot):
     lively_market()
     page.goto("/")
