@@ -1,11 +1,11 @@
 """REST API for fabrics: list and summary, import from a file, export to Slurm topology.conf."""
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
@@ -15,6 +15,11 @@ from fabric.selectors import EXPORT_FORMATS, export_topology_conf
 from ibex.accounts.permissions import ReadOrProvide, organization_of
 
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+
+
+TENANT_FIELDS = ("id", "name", "kind", "link_rate_gbps")
+TENANT_SUMMARY_KEYS = ("kind", "levels", "domain_counts", "gpus", "link_rates_gbps",
+                       "oversubscription", "rail_optimised")
 
 
 class FabricSerializer(serializers.ModelSerializer):
@@ -27,6 +32,17 @@ class FabricSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
                   "created_at", "updated_at"]
         read_only_fields = fields
+
+    def to_representation(self, fabric):
+        data = super().to_representation(fabric)
+        viewer = self.context.get("organization")
+        if viewer is None or viewer.is_operator or fabric.owner_id == viewer.id:
+            return data
+        # A tenant leasing on the fabric sees its levels and counts: never GUIDs, host or
+        # switch names (the summary's uplink maps name domains), nor the owner.
+        summary = {key: data["summary"][key] for key in TENANT_SUMMARY_KEYS
+                   if key in data["summary"]}
+        return {**{key: data[key] for key in TENANT_FIELDS}, "summary": summary}
 
 
 class FabricImportSerializer(serializers.Serializer):
@@ -42,11 +58,13 @@ class FabricImportSerializer(serializers.Serializer):
 
 
 def visible_fabrics(organization) -> QuerySet[Fabric]:
-    """Operators see every fabric; providers see their own."""
+    """Operators see every fabric; providers their own; tenants those they lease on."""
     fabrics = Fabric.objects.select_related("owner")
     if organization.is_operator:
         return fabrics
-    return fabrics.filter(owner=organization)
+    # The lease lookup goes by relation names only: fabric imports nothing from the market.
+    leased = Q(nodes__gpus__allocations__lease__tenant=organization)
+    return fabrics.filter(Q(owner=organization) | leased).distinct()
 
 
 class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -58,6 +76,12 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         if getattr(self, "swagger_fake_view", False):  # schema generation has no caller
             return Fabric.objects.none()
         return visible_fabrics(organization_of(self.request))
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if not getattr(self, "swagger_fake_view", False):
+            context["organization"] = organization_of(self.request)
+        return context
 
     @extend_schema(request={"multipart/form-data": FabricImportSerializer},
                    responses={200: FabricSerializer, 201: FabricSerializer})
@@ -95,6 +119,9 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     def topology_conf(self, request, pk=None):
         # Mapped by hand in urls.py: the path ends in `topology.conf`, with no slash.
         fabric = self.get_object()
+        viewer = organization_of(request)
+        if not (viewer.is_operator or fabric.owner_id == viewer.id):
+            raise NotFound()  # host names are the owner's: a tenant gets no topology.conf
         fmt = request.query_params.get("format", "slurm-tree")
         if fmt not in EXPORT_FORMATS:
             raise ValidationError({"format": [f"use one of {', '.join(EXPORT_FORMATS)}"]})

@@ -245,9 +245,11 @@ CELERY_BEAT_SCHEDULE.update({
     "start-automatic-top-ups": {"task": "market.start_automatic_top_ups", "schedule": 60.0},
     "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
 })
+PLACING_TIMEOUT_S = env_int("PLACING_TIMEOUT_S", 300)
 CELERY_BEAT_SCHEDULE.update({
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
                                      "schedule": 5.0},
+    "fail-stuck-leases": {"task": "scheduler.fail_stuck_leases", "schedule": 30.0},
 })
 
 # --- market -------------------------------------------------------------------------------------

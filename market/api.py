@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrTrade, organization_of, scopes_of
 from ibex.api.errors import ApiError
+from ibex.api.filters import UtcIsoDateTimeFilter
 from market import invoices, money, services, stripe_gateway
 from market.models import (
     Account,
@@ -139,8 +140,8 @@ class EntryFilter(django_filters.FilterSet):
                                         choices=LedgerTransaction.Cause.choices)
     source_type = django_filters.CharFilter(field_name="transaction__source_type")
     source_id = django_filters.CharFilter(field_name="transaction__source_id")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Entry

@@ -350,6 +350,12 @@ class ClearingSerializer(serializers.ModelSerializer):
         return len(row.refused)
 
 
+class PaginatedClearingSerializer(serializers.Serializer):
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = ClearingSerializer(many=True)
+
+
 class MarketSerializer(serializers.Serializer):
     gpu_model = serializers.CharField()
     offered_gpus = serializers.IntegerField()
@@ -371,7 +377,7 @@ class MarketViewSet(viewsets.ViewSet):
     def list(self, request):
         return Response([market_summary(m.name) for m in GpuModel.objects.order_by("name")])
 
-    @extend_schema(responses=ClearingSerializer(many=True))
+    @extend_schema(responses=PaginatedClearingSerializer)
     @action(detail=True, methods=["get"])
     def history(self, request, gpu_model=None):
         if not GpuModel.objects.filter(name=gpu_model).exists():

@@ -8,8 +8,11 @@ SLAs; until then the market's proposed placement is bound as it is.)
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from market import leasing
 from market.models import Allocation, Lease
@@ -51,3 +54,29 @@ def activate_acknowledged_leases() -> list[int]:
                 continue  # changed meanwhile (terminated, or activated by an overlapping beat)
             activated.append(lease.pk)
     return activated
+
+
+def fail_stuck_leases(*, now: datetime | None = None) -> list[int]:
+    """Leases still being placed after the timeout fail, with their hold released (the
+    tenant pays nothing for a lease that never became active) and a reason."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.PLACING_TIMEOUT_S)
+    failed = []
+    stuck = Lease.objects.filter(state__in=[Lease.State.PENDING, Lease.State.PLACING],
+                                 state_changed_at__lt=cutoff).values_list("pk", flat=True)
+    for lease_id in stuck:
+        with transaction.atomic():
+            lease = Lease.objects.select_for_update(skip_locked=True).filter(
+                pk=lease_id, state__in=[Lease.State.PENDING, Lease.State.PLACING]).first()
+            if lease is None:
+                continue
+            waiting = list(Binding.objects.filter(lease_ref=lease_ref(lease), serve=True,
+                                                  acknowledged_at__isnull=True)
+                           .values_list("node__hostname", flat=True))
+            reason = (f"not active after {settings.PLACING_TIMEOUT_S} s: no acknowledgement "
+                      f"from {', '.join(sorted(waiting))}" if waiting else
+                      f"not placed within {settings.PLACING_TIMEOUT_S} s")
+            leasing.change_lease_state(lease=lease, to_state=Lease.State.FAILED,
+                                       actor="scheduler", reason=reason)
+            failed.append(lease_id)
+    return failed

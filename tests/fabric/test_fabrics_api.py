@@ -1,7 +1,7 @@
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from fabric.models import Fabric, Host
-from tests.factories import client_for
+from tests.factories import client_for, make_org
 
 
 def upload(text: str, name: str = "topology.conf") -> SimpleUploadedFile:
@@ -130,3 +130,31 @@ def test_topology_conf_exports_tree_and_block_as_plain_text(provider_client):
     assert "SwitchName=" in tree.content.decode() and "Nodes=gpu[01-04]" in tree.content.decode()
     assert "BlockName=" in block.content.decode()
     assert bad.status_code == 400
+
+
+def test_a_tenant_sees_only_levels_and_counts_of_the_fabrics_it_leases_on(db):
+    from market import orders, prices
+    from market import services as money
+    from pool.models import Node
+    from tests.market.inventory import provider_with_nodes
+
+    provider = provider_with_nodes()
+    Node.objects.update(state="active")
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=1_000_000,
+                      actor="test")
+    leasing_tenant = make_org("acme-ai", "tenant")
+    bystander = make_org("other-ai", "tenant")
+    money.grant_credit(organization=leasing_tenant, amount_micros=100_000_000, reason="t",
+                       actor="t")
+    orders.place_order(tenant=leasing_tenant, actor="t", request=orders.OrderRequest(
+        gpu_models=["H100-80GB"], gpus=8, hours=1, tier="on_demand", max_price_micros=2_000_000))
+    client = client_for(leasing_tenant)
+
+    [seen] = client.get("/api/v1/fabrics/").json()["results"]
+
+    assert set(seen) == {"id", "name", "kind", "link_rate_gbps", "summary"}
+    assert seen["summary"]["domain_counts"]["leaf"] == 2
+    assert "uplink_gbps" not in seen["summary"]  # it names switches
+    assert "hpc-provider" not in str(seen)
+    assert client.get(f"/api/v1/fabrics/{seen['id']}/topology.conf").status_code == 404
+    assert client_for(bystander).get("/api/v1/fabrics/").json()["results"] == []

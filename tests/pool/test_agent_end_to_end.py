@@ -28,7 +28,7 @@ def test_simulated_agents_register_activate_and_report_failures(live_server, tmp
     result = subprocess.run(
         [sys.executable, "-m", "agent", "simulate", "--api", live_server.url, "--key", key,
          "--fabric", "lab", "--hosts", "node[01-08]", "--gpu-model", "H100-80GB", "--gpus", "8",
-         "--duration", "4", "--control", str(control), "--quiet"],
+         "--duration", "8", "--control", str(control), "--quiet"],
         capture_output=True, text=True, timeout=60,
     )
 
