@@ -73,6 +73,8 @@ def children(host: str, port: int) -> dict[str, list[str]]:
                    "--concurrency", "2", "--hostname", f"demo-{os.getpid()}@%h"],
         "beat": [python, "-m", "celery", "-A", "ibex", "beat", "--loglevel", "info",
                  "--schedule", str(var_dir() / "celerybeat-schedule")],
+        # sends what was recorded while Redis was down (beat itself needs Redis)
+        "outbox": [python, "manage.py", "relay_outbox"],
     }
 
 

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "ibex.accounts",
+    "ibex.outbox",
     "fabric",
     "pool",
     "market",
@@ -206,6 +207,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "record-beat": {"task": "ibex.record_beat", "schedule": 30.0},
+    "relay-outbox": {"task": "ibex.relay_outbox", "schedule": 10.0},
 }
 
 # --- Stripe ---------------------------------------------------------------------------------
@@ -260,4 +262,17 @@ CELERY_BEAT_SCHEDULE.update({
     "end-preempted-leases": {"task": "market.end_preempted_leases", "schedule": 10.0},
     "retry-resting-orders": {"task": "market.retry_resting_orders", "schedule": 15.0},
     "complete-ended-leases": {"task": "market.complete_ended_leases", "schedule": 30.0},
+})
+
+# --- SLAs, tenant events and webhooks (scheduler/) --------------------------------------------
+SLA_CREDIT_MULTIPLIER = env_int("SLA_CREDIT_MULTIPLIER", 5)  # × down GPU-hours × price
+SLA_ENDED_GRACE_S = env_int("SLA_ENDED_GRACE_S", 3600)  # ended leases are re-checked this long
+WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8)
+WEBHOOK_BACKOFF_BASE_S = env_int("WEBHOOK_BACKOFF_BASE_S", 10)
+WEBHOOK_BACKOFF_CAP_S = env_int("WEBHOOK_BACKOFF_CAP_S", 3600)
+WEBHOOK_TIMEOUT_S = env_int("WEBHOOK_TIMEOUT_S", 10)
+CELERY_BEAT_SCHEDULE.update({
+    "evaluate-slas": {"task": "scheduler.evaluate_slas", "schedule": 60.0},
+    "sync-events": {"task": "scheduler.sync_events", "schedule": 10.0},
+    "fan-out-events": {"task": "scheduler.fan_out_events", "schedule": 15.0},
 })

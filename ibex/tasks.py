@@ -20,3 +20,11 @@ def record_beat() -> float:
     now = time.time()
     cache.set(BEAT_KEY, now, timeout=None)
     return now
+
+
+@shared_task(name="ibex.relay_outbox")
+def relay_outbox() -> int:
+    """Beat's safety net: whatever the after-commit relay could not send, send now."""
+    from ibex.outbox.services import relay_pending
+
+    return relay_pending()

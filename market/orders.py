@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from celery import current_app
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
+from ibex.outbox import services as outbox
 from market import clearing, leasing
 from market import services as money
 from market.models import Hold, Lease, Order, OrderEvent
@@ -224,9 +224,8 @@ def match_on_demand(*, order: Order, actor: str) -> Order:
             continue  # another order took one of them meanwhile: look again
         order.lease = lease
         _change_state(order, OS.FILLED, actor, f"filled by lease {lease.pk}")
-        transaction.on_commit(
-            lambda lease_id=lease.pk: current_app.send_task("scheduler.place_lease",
-                                                            args=[lease_id]))
+        # Through the outbox: an order taken while Redis is down still gets placed.
+        outbox.enqueue("scheduler.place_lease", lease.pk)
         return order
     return _not_filled(order, "the GPUs were taken by other orders; try again", actor)
 

@@ -3,7 +3,7 @@ top-ups and refunds, Connect accounts and payouts, SLA credits, and Stripe webho
 
 One function per business action, each one transaction. Locks are taken in one order:
 ledger accounts (ascending id, see `ledger.lock`) → hold / top-up / refund / payout row.
-Stripe is never called from here: functions queue a task with `transaction.on_commit`.
+Stripe is never called from here: functions queue a task through the outbox (sent after commit).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from django.db.models import F, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
+from ibex.outbox import services as outbox
 from market import ledger
 from market.ledger import InsufficientFunds, Line
 from market.models import (
@@ -57,7 +58,9 @@ class TransitionError(MoneyError):
 
 
 def _queue(task, *args) -> None:
-    transaction.on_commit(lambda: task.delay(*args))
+    """Hand a task to Celery through the outbox: recorded in this transaction, sent after
+    commit, and sent later by the relay if Redis is down meanwhile."""
+    outbox.enqueue(task.name, *args)
 
 
 def _tasks():

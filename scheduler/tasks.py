@@ -21,3 +21,46 @@ def activate_acknowledged_leases() -> list[int]:
 @shared_task(name="scheduler.fail_stuck_leases")
 def fail_stuck_leases() -> list[int]:
     return services.fail_stuck_leases()
+
+
+# --- SLAs, events and webhooks ----------------------------------------------------------------
+
+
+@shared_task(name="scheduler.evaluate_slas")
+def evaluate_slas() -> list[int]:
+    """Measure active and recently ended leases and credit breaches (beat: every 60 s)."""
+    from scheduler import sla
+
+    return sla.evaluate_slas()
+
+
+@shared_task(name="scheduler.sync_events")
+def sync_events() -> int:
+    """Lease state changes and health events → tenant events (beat: every 10 s)."""
+    from scheduler import events
+
+    return events.sync_events()
+
+
+@shared_task(name="scheduler.fan_out_events")
+def fan_out_events() -> int:
+    """Create missing webhook deliveries and queue the due ones (after commit, and by beat)."""
+    from scheduler import webhooks
+
+    due = webhooks.fan_out()
+    for delivery_id in due:
+        deliver_webhook.delay(delivery_id)
+    return len(due)
+
+
+@shared_task(name="scheduler.deliver_webhook", acks_late=True)
+def deliver_webhook(delivery_id: int) -> str:
+    from scheduler import webhooks
+
+    outcome = webhooks.deliver(delivery_id=delivery_id)
+    if outcome is None:
+        return "not due"
+    if outcome.retry_in is not None:
+        deliver_webhook.apply_async(args=[delivery_id],
+                                    countdown=outcome.retry_in.total_seconds())
+    return outcome.state

@@ -61,5 +61,12 @@ def test_every_app_service_gets_the_settings_variables_ibex_reads():
                  "STRIPE_API_KEY", "STRIPE_WEBHOOK_SECRET"):
         assert name in environment, f"compose does not set {name}"
         assert re.search(rf'["\']{name}["\']', settings_source), f"settings never read {name}"
-    for service in ("worker", "beat", "migrate"):
+    for service in ("worker", "beat", "migrate", "outbox"):
         assert SERVICES[service]["environment"] == environment
+
+
+def test_the_outbox_relay_runs_the_command_the_demo_runs():
+    from ibex.run import children
+
+    assert command("outbox") == ["python", "manage.py", "relay_outbox"]
+    assert children("127.0.0.1", 8000)["outbox"][1:] == ["manage.py", "relay_outbox"]

@@ -13,7 +13,8 @@ def provider_with_nodes(slug="hpc-provider", nodes=4, gpu_model="H100-80GB", fab
     accounts.change_provider_state(organization=provider, to_state="verified", actor="test",
                                    reason="audit")
     pool.ensure_gpu_catalogue()
-    spec = generators.fat_tree(nodes, 4, tiers=2, prefix=f"{slug}-")  # 2 hosts per leaf
+    radix = 4 if nodes <= 8 else 16  # radix 4: 2 hosts per leaf, at most 8 hosts
+    spec = generators.fat_tree(nodes, radix, tiers=2, prefix=f"{slug}-")
     fabric_services.save_fabric(owner=provider, name=fabric, spec=spec, source="generator")
     pool.register_nodes(provider=provider, specs=[
         pool.NodeSpec(hostname=host, fabric=fabric, gpu_model=gpu_model, gpu_count=8,
