@@ -252,6 +252,7 @@ CELERY_BEAT_SCHEDULE.update({
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
                                      "schedule": 5.0},
     "fail-stuck-leases": {"task": "scheduler.fail_stuck_leases", "schedule": 30.0},
+    "remediate-leases": {"task": "scheduler.remediate_leases", "schedule": 15.0},
 })
 
 # --- market -------------------------------------------------------------------------------------

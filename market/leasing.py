@@ -162,3 +162,34 @@ def extend_lease(*, lease: Lease, hours: int, actor: str) -> Lease:
     locked.ends_at = new_end
     locked.save(update_fields=["ends_at"])
     return locked
+
+
+@transaction.atomic
+def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reason: str,
+              actor: str = "scheduler") -> Lease:
+    """Move part of an active lease from some GPUs onto others, from now to its end: the old
+    allocations are cut now, the new ones start now (the exclusion constraint still decides),
+    and a `moved` event records both sides."""
+    locked = Lease.objects.select_for_update().get(pk=lease.pk)
+    if locked.state not in (S.ACTIVE, S.PREEMPTING):
+        raise LeaseTransitionError(f"a {locked.state} lease is not moved")
+    now = timezone.now()
+    for allocation in Allocation.objects.filter(lease=locked, gpu_id__in=away_from):
+        if allocation.period.lower >= now:
+            allocation.delete()
+        else:
+            allocation.period = DateTimeTZRange(allocation.period.lower, now)
+            allocation.save(update_fields=["period"])
+    try:
+        with transaction.atomic():
+            Allocation.objects.bulk_create([
+                Allocation(lease=locked, gpu_id=g.gpu_id, price_micros=g.price_micros,
+                           period=DateTimeTZRange(now, locked.ends_at)) for g in onto])
+    except IntegrityError as exc:
+        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable("a replacement GPU was taken meanwhile") from None
+    LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
+                              reason=f"{reason}: GPUs {sorted(away_from)} → "
+                                     f"{sorted(g.gpu_id for g in onto)}")
+    return locked

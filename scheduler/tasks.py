@@ -64,3 +64,10 @@ def deliver_webhook(delivery_id: int) -> str:
         deliver_webhook.apply_async(args=[delivery_id],
                                     countdown=outcome.retry_in.total_seconds())
     return outcome.state
+
+
+@shared_task(name="scheduler.remediate_leases")
+def remediate_leases() -> dict:
+    from scheduler import remediation
+
+    return {str(k): v for k, v in remediation.remediate_leases().items()}

@@ -1,0 +1,85 @@
+from market import prices
+from market import services as money
+from market.models import Allocation, Lease, LeaseEvent
+from pool import services as pool
+from pool.models import Binding, Gpu, Node
+from scheduler import remediation
+from scheduler import services as scheduler
+from tests.factories import client_for, make_org
+from tests.market.inventory import provider_with_nodes
+
+
+def active_lease(client, gpus=8, topology=None) -> Lease:
+    body = client.post("/api/v1/orders/", {
+        "gpu_models": ["H100-80GB"], "gpus": gpus, "hours": 2, "tier": "on_demand",
+        "max_price_per_gpu_hour": "3.00", "topology": topology or {"required": "leaf"}},
+        format="json").json()
+    lease = Lease.objects.get(pk=body["lease"])
+    scheduler.place_lease(lease_id=lease.pk)
+    Binding.objects.update(acknowledged_at=lease.created_at)
+    scheduler.activate_acknowledged_leases()
+    lease.refresh_from_db()
+    assert lease.state == "active"
+    return lease
+
+
+def setup_market():
+    provider = provider_with_nodes(nodes=4)  # two leaves of two 8-GPU nodes
+    Node.objects.update(state="active")
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="t")
+    tenant = make_org("acme-ai", "tenant")
+    money.grant_credit(organization=tenant, amount_micros=1_000_000_000, reason="t", actor="t")
+    return client_for(tenant)
+
+
+def fail(gpu: Gpu) -> None:
+    reports = [{"index": i} for i in range(8)]
+    reports[gpu.index]["ecc_errors"] = 1
+    pool.record_heartbeat(node=gpu.node, gpus=reports, ib_ports=[], serving=[])
+
+
+def current_hosts(lease) -> set[str]:
+    from django.utils import timezone
+
+    return set(Allocation.objects.filter(lease=lease, period__contains=timezone.now())
+               .values_list("gpu__node__host__leaf", flat=True))
+
+
+def test_a_failed_gpu_is_replaced_inside_the_promised_leaf_and_the_nodes_are_told(db):
+    client = setup_market()
+    lease = active_lease(client)
+    first_gpu = Allocation.objects.filter(lease=lease).first().gpu
+    leaf = first_gpu.node.host.leaf
+
+    fail(first_gpu)
+    outcome = remediation.remediate_leases()
+
+    assert outcome == {lease.pk: "moved"}
+    assert current_hosts(lease) == {leaf}  # still one leaf, as promised
+    assert Allocation.objects.filter(lease=lease).count() == 9  # 8 now, 1 cut at the failure
+    assert LeaseEvent.objects.filter(lease=lease, kind="moved").exists()
+    nodes = {b.node_id: b for b in Binding.objects.filter(lease_ref=f"L-{lease.pk}", serve=True)}
+    assert first_gpu.index not in nodes[first_gpu.node_id].gpu_indexes
+    assert sum(len(b.gpu_indexes) for b in nodes.values()) == 8
+
+
+def test_without_a_replacement_in_the_leaf_the_lease_is_degraded_not_moved_away(db):
+    client = setup_market()
+    lease = active_lease(client, gpus=16)  # the whole leaf
+    gpu = Allocation.objects.filter(lease=lease).first().gpu
+
+    fail(gpu)
+    outcome = remediation.remediate_leases()
+    again = remediation.remediate_leases()
+
+    assert outcome == {lease.pk: "degraded"} and again == {lease.pk: "degraded"}
+    assert LeaseEvent.objects.filter(lease=lease, kind="degraded").count() == 1
+    assert not LeaseEvent.objects.filter(lease=lease, kind="moved").exists()
+
+
+def test_healthy_leases_are_left_alone(db):
+    client = setup_market()
+    active_lease(client)
+
+    assert remediation.remediate_leases() == {}
