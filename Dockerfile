@@ -10,6 +10,7 @@ COPY fabric fabric
 COPY pool pool
 COPY market market
 COPY scheduler scheduler
+COPY web web
 COPY manage.py ./
 RUN pip install . && useradd --create-home ibex
 

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test install lint bench clean browser screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# Chromium for the browser tests (Debian's package; Playwright drives /usr/bin/chromium).
+browser:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+# Re-take docs/screenshots/*.png from the browser tests.
+screenshots: install browser
+	IBEX_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/web/browser
 
 lint: install
 	$(BIN)/ruff check .

@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "pool",
     "market",
     "scheduler",
+    "web",
 ]
 
 MIDDLEWARE = [
@@ -94,6 +95,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "web.context.web_org",
             ],
         },
     },
@@ -126,6 +128,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", var_dir() / "static"))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "ibex" / "static"]
 # Serve static files straight from the apps when collectstatic has not been run (demo, tests).
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 
@@ -140,6 +143,11 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 X_FRAME_OPTIONS = "DENY"
+
+# --- web marketplace (web/) ---------------------------------------------------------------
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "web:home"
+LOGOUT_REDIRECT_URL = "web:market"
 
 # --- REST API -----------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -21,6 +21,7 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
+    path("", include("web.urls")),
 ]
 
 handler400 = "ibex.api.errors.json_400"

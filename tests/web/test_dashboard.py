@@ -1,0 +1,105 @@
+from market.models import Lease, Order
+from market.services import balances_of
+
+ORDER = {"gpu_model": "H100-80GB", "gpus": "8", "hours": "2", "tier": "on_demand",
+         "max_price": "3.00", "level": "node", "strict": "required", "fill": "fill_or_kill",
+         "idempotency_key": "k-1"}
+
+
+def test_the_dashboard_needs_a_signed_in_tenant(client, db):
+    assert client.get("/app/")["Location"].startswith("/login/?next=/app/")
+
+
+def test_it_shows_the_balance_and_refreshes_tables_every_five_seconds(tenant_web):
+    page = tenant_web.get("/app/").content.decode()
+
+    assert "$1,000.00" in page
+    assert 'hx-get="/app/activity/"' in page and 'hx-trigger="every 5s"' in page
+    assert "No leases yet" in tenant_web.get("/app/activity/").content.decode()
+
+
+def test_an_on_demand_order_fills_and_the_lease_shows_its_gpus_and_locality(
+        tenant_web, tenant, provider):
+    response = tenant_web.post("/app/", ORDER)
+
+    assert response.status_code == 302
+    order = Order.objects.get(tenant=tenant)
+    assert order.state == "filled" and order.topology == {"required": "node"}
+    page = tenant_web.get("/app/").content.decode()
+    assert f"Order {order.pk} filled" in page
+    lease = Lease.objects.get(tenant=tenant)
+    assert f'data-lease="{lease.pk}"' in page
+    assert "1 leaf · 1 spine · 0 hops" in page
+    assert "/0-7</div>" in page  # the node and the indexes of its GPUs
+
+
+def test_the_same_form_posted_twice_places_one_order(tenant_web, tenant, provider):
+    tenant_web.post("/app/", ORDER)
+    tenant_web.post("/app/", ORDER)
+
+    assert Order.objects.filter(tenant=tenant).count() == 1
+
+
+def test_a_refused_order_says_why(tenant_web, tenant, provider):
+    tenant_web.post("/app/", {**ORDER, "max_price": "1.00", "idempotency_key": "k-2"})
+
+    page = tenant_web.get("/app/").content.decode()
+    order = Order.objects.get(tenant=tenant)
+    assert order.state == "refused"
+    assert f"Order {order.pk} refused" in page and order.reason in page
+
+
+def test_bad_input_is_shown_next_to_its_field_and_places_nothing(tenant_web, tenant, provider):
+    response = tenant_web.post("/app/", {**ORDER, "gpus": "0", "max_price": "abc",
+                                         "tier": "reserved"})
+
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert 'id="id_gpus_error"' in page and 'id="id_max_price_error"' in page
+    assert "A reserved order needs a start window." in page
+    assert not Order.objects.exists()
+
+
+def test_a_service_refusal_naming_a_field_is_shown_there(tenant_web, tenant, provider):
+    response = tenant_web.post("/app/", {**ORDER, "gpus": "500"})
+
+    assert response.status_code == 400
+    assert 'id="id_gpus_error"' in response.content.decode()
+    assert "no fabric has 500 GPUs" in response.content.decode()
+
+
+def test_terminating_a_lease_through_htmx_answers_the_tables(tenant_web, tenant, provider):
+    tenant_web.post("/app/", ORDER)
+    lease = Lease.objects.get(tenant=tenant)
+
+    response = tenant_web.post(f"/app/leases/{lease.pk}/terminate/", HTTP_HX_REQUEST="true")
+
+    lease.refresh_from_db()
+    assert lease.state == "terminated"
+    assert response.status_code == 200 and 'id="leases"' in response.content.decode()
+
+
+def test_another_tenants_lease_cannot_be_terminated(client, tenant_web, tenant, provider):
+    from ibex.accounts import services as accounts
+    from tests.web.conftest import person
+
+    tenant_web.post("/app/", ORDER)
+    lease = Lease.objects.get(tenant=tenant)
+    rival = accounts.create_organization(slug="rival-labs", roles=("tenant",))
+    client.force_login(person("rita-rival", rival))
+
+    assert client.post(f"/app/leases/{lease.pk}/terminate/").status_code == 404
+    lease.refresh_from_db()
+    assert lease.state != "terminated"
+    assert balances_of(rival).available_micros == 0
+
+
+def test_gpus_are_listed_per_node_with_their_indexes_as_ranges():
+    from types import SimpleNamespace as NS
+
+    from web.views_tenant import gpu_list
+
+    allocations = [NS(gpu=NS(node=NS(hostname=host), index=index)) for host, index in
+                   [("n1", 0), ("n1", 1), ("n1", 2), ("n1", 5), ("n2", 3)]]
+
+    assert gpu_list(allocations) == ["n1/0-2,5", "n2/3"]

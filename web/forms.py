@@ -1,0 +1,128 @@
+"""Forms of the web pages: they validate what people type; the services decide."""
+
+from django import forms
+from django.contrib.auth.forms import UserCreationForm
+from django.utils.text import slugify
+
+from ibex.accounts.models import ApiKey, Organization
+from market.models import Lease, Order
+from market.money import BadAmount, to_micros
+from pool.models import GpuModel
+
+LEVEL_CHOICES = [("", "anywhere"), ("node", "one node"), ("leaf", "one leaf"),
+                 ("spine", "one spine block")]
+
+
+class SignUpForm(UserCreationForm):
+    organization = forms.CharField(max_length=200, label="Organisation",
+                                   help_text="Your company, lab or team.")
+    roles = forms.MultipleChoiceField(
+        choices=[("tenant", "Rent GPUs (tenant)"), ("provider", "Provide GPUs (provider)")],
+        widget=forms.CheckboxSelectMultiple, initial=["tenant"], label="I want to")
+
+    class Meta(UserCreationForm.Meta):
+        fields = ["username"]
+
+    def clean_organization(self):
+        name = self.cleaned_data["organization"].strip()
+        slug = slugify(name)[:64]
+        if not slug:
+            raise forms.ValidationError("Use some letters or digits.")
+        if Organization.objects.filter(slug=slug).exists():
+            raise forms.ValidationError("An organisation of this name exists already.")
+        self.cleaned_data["organization_slug"] = slug
+        return name
+
+
+class DollarsField(forms.CharField):
+    def to_python(self, value):
+        value = super().to_python(value).strip().lstrip("$")
+        if value in self.empty_values:
+            return None
+        try:
+            micros = to_micros(value)
+        except BadAmount:
+            raise forms.ValidationError("Enter an amount in dollars, such as 2.50.") from None
+        if micros < 0:
+            raise forms.ValidationError("An amount cannot be negative.")
+        return micros
+
+
+class OrderForm(forms.Form):
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=100, required=False)
+    gpu_model = forms.ModelChoiceField(queryset=GpuModel.objects.order_by("name"),
+                                       to_field_name="name", label="GPU model",
+                                       empty_label=None)
+    gpus = forms.IntegerField(min_value=1, max_value=100_000, initial=8, label="GPUs")
+    hours = forms.IntegerField(min_value=1, max_value=8760, initial=1, label="Hours")
+    tier = forms.ChoiceField(choices=Lease.Tier.choices, initial=Lease.Tier.ON_DEMAND,
+                             label="Tier")
+    max_price = DollarsField(label="Limit per GPU-hour ($)", initial="3.00",
+                             help_text="You never pay more than this per GPU-hour.")
+    level = forms.ChoiceField(choices=LEVEL_CHOICES, required=False, label="Keep GPUs within")
+    strict = forms.ChoiceField(choices=[("required", "required"), ("preferred", "preferred")],
+                               initial="required", label="Locality is")
+    whole_nodes = forms.BooleanField(required=False, label="Whole nodes only (slices of 8)")
+    fill = forms.ChoiceField(choices=Order.Fill.choices, initial=Order.Fill.FILL_OR_KILL,
+                             label="If it cannot fill now")
+    start_earliest = forms.DateTimeField(required=False, label="Start no earlier than",
+                                         widget=forms.DateTimeInput(attrs={"type":
+                                                                           "datetime-local"}))
+    start_latest = forms.DateTimeField(required=False, label="Start no later than",
+                                       widget=forms.DateTimeInput(attrs={"type":
+                                                                         "datetime-local"}))
+
+    def clean(self):
+        data = super().clean()
+        if data.get("tier") == Lease.Tier.RESERVED:
+            if not data.get("start_earliest"):
+                self.add_error("start_earliest", "A reserved order needs a start window.")
+            if not data.get("start_latest"):
+                self.add_error("start_latest", "A reserved order needs a start window.")
+        earliest, latest = data.get("start_earliest"), data.get("start_latest")
+        if earliest and latest and latest < earliest:
+            self.add_error("start_latest", "The window ends before it starts.")
+        return data
+
+    def topology(self) -> dict:
+        data, topology = self.cleaned_data, {}
+        if data.get("level"):
+            topology[data["strict"]] = data["level"]
+        if data.get("whole_nodes"):
+            topology["whole_nodes"] = True
+        return topology
+
+
+# OrderError.field (the API's names) → the form field that shows the message
+ORDER_FIELDS = {"gpu_models": "gpu_model", "gpus": "gpus", "hours": "hours",
+                "max_price_per_gpu_hour": "max_price", "topology": "level",
+                "start_window": "start_earliest", "fill": "fill", "tier": "tier"}
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False, label="Name",
+                           help_text="Where the key is used, e.g. “training cluster CI”.")
+    scopes = forms.MultipleChoiceField(
+        choices=[(s, s) for s in ApiKey.Scope.values], initial=["read", "trade"],
+        widget=forms.CheckboxSelectMultiple, label="Scopes")
+
+
+SCOPE_KINDS = [("fabric", "a whole fabric"), ("gpu_model", "a GPU model"), ("leaf", "a leaf"),
+               ("node", "a node (hostname)")]
+
+
+class PriceForm(forms.Form):
+    scope_kind = forms.ChoiceField(choices=SCOPE_KINDS, label="Price")
+    scope_value = forms.CharField(max_length=200, label="Named",
+                                  help_text="Fabric name, GPU model, leaf or hostname.")
+    price = DollarsField(label="Price per GPU-hour ($)")
+    min_lease_hours = forms.IntegerField(min_value=1, max_value=8760, initial=1,
+                                         label="Minimum lease (hours)")
+
+    def clean_price(self):
+        micros = self.cleaned_data["price"]
+        if micros is None:
+            raise forms.ValidationError("Enter a price.")
+        if micros > 1_000 * 1_000_000:
+            raise forms.ValidationError("At most $1,000.00 per GPU-hour.")
+        return micros

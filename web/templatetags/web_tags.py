@@ -1,0 +1,37 @@
+from django import template
+
+from market.money import to_dollars
+
+register = template.Library()
+
+
+@register.filter
+def dollars(micros) -> str:
+    """Micro-dollars as "$1,234.50"."""
+    if micros is None or micros == "":
+        return "—"
+    text = to_dollars(int(micros))
+    sign = "-" if text.startswith("-") else ""
+    whole, _, fraction = text.lstrip("-").partition(".")
+    return f"{sign}${int(whole):,}.{fraction}"
+
+
+BADGES = {
+    "filled": "ok", "active": "ok", "verified": "ok", "reachable": "ok", "completed": "muted",
+    "resting": "wait", "open": "wait", "pending": "wait", "placing": "wait", "registering": "wait",
+    "preempting": "warn", "draining": "warn", "degraded": "warn",
+    "refused": "bad", "failed": "bad", "preempted": "bad", "suspended": "bad",
+    "unreachable": "bad", "offline": "bad",
+    "cancelled": "muted", "expired": "muted", "terminated": "muted", "retired": "muted",
+}
+
+
+@register.inclusion_tag("web/partials/badge.html")
+def badge(state):
+    return {"state": state, "kind": BADGES.get(str(state), "muted"),
+            "label": str(state).replace("_", " ")}
+
+
+@register.filter
+def label(value) -> str:
+    return str(value).replace("_", " ")

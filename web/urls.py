@@ -1,0 +1,24 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from web import views_account, views_market, views_provider, views_tenant
+
+app_name = "web"
+
+urlpatterns = [
+    path("", views_market.market, name="market"),
+    path("markets/cards/", views_market.market_cards, name="market-cards"),
+    path("markets/<str:gpu_model>/", views_market.history, name="market-history"),
+    path("signup/", views_account.signup, name="signup"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True),
+         name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("home/", views_account.home, name="home"),
+    path("app/", views_tenant.dashboard, name="dashboard"),
+    path("app/activity/", views_tenant.activity, name="activity"),
+    path("app/leases/<int:lease_id>/terminate/", views_tenant.terminate, name="terminate"),
+    path("app/keys/", views_tenant.api_keys, name="api-keys"),
+    path("app/keys/<int:key_id>/revoke/", views_tenant.revoke_key, name="revoke-key"),
+    path("provider/", views_provider.fleet, name="provider"),
+    path("provider/prices/", views_provider.set_price, name="set-price"),
+]

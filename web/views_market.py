@@ -1,0 +1,58 @@
+"""The public market: per GPU model, posted prices, free GPUs and the last clearing."""
+
+from django.http import Http404
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from market.api_trading import market_summary
+from market.models import Clearing
+from market.money import to_micros
+from pool.models import GpuModel
+from web.charts import price_line
+
+HISTORY_ROWS = 200
+
+
+def _cards() -> list[dict]:
+    cards = []
+    for model in GpuModel.objects.order_by("name"):
+        summary = market_summary(model.name)
+        offered, free = summary["offered_gpus"], summary["free_gpus"]
+        cards.append({
+            **summary, "model": model,
+            "free_percent": round(100 * free / offered) if offered else 0,
+            "low": _micros(summary["on_demand_min"]), "high": _micros(summary["on_demand_max"]),
+            "last_price": _micros((summary["last_clearing"] or {}).get("price_per_gpu_hour")),
+        })
+    # markets with GPUs on offer first, then by name
+    return sorted(cards, key=lambda c: (c["offered_gpus"] == 0, c["gpu_model"]))
+
+
+def _micros(dollars: str | None) -> int | None:
+    return None if dollars is None else to_micros(dollars)
+
+
+@require_GET
+def market(request):
+    return render(request, "web/market.html", {"cards": _cards()})
+
+
+@require_GET
+def market_cards(request):
+    """The cards alone: htmx swaps them in every few seconds."""
+    return render(request, "web/partials/market_cards.html", {"cards": _cards()})
+
+
+@require_GET
+def history(request, gpu_model: str):
+    model = GpuModel.objects.filter(name=gpu_model).first()
+    if model is None:
+        raise Http404(f"No market for {gpu_model}.")
+    clearings = list(Clearing.objects.filter(gpu_model=gpu_model)
+                     .order_by("-interval_start")[:HISTORY_ROWS])
+    priced = [(c.interval_start, c.price_micros) for c in reversed(clearings)
+              if c.price_micros is not None]
+    return render(request, "web/history.html", {
+        "model": model, "summary": market_summary(gpu_model), "clearings": clearings,
+        "chart": price_line(priced),
+    })

@@ -1,0 +1,144 @@
+"""The tenant's pages: balance, the order form, orders and leases, API keys."""
+
+import uuid
+
+from django.contrib import messages
+from django.db.models import Count, Prefetch
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from ibex.accounts import services as accounts
+from ibex.accounts.models import ApiKey
+from market import leasing, orders
+from market.leasing import ENDED
+from market.models import Allocation, Lease, Order
+from market.services import balances_of
+from pool.services import offered_gpus
+from web.forms import ORDER_FIELDS, ApiKeyForm, OrderForm
+from web.orgs import member_required, tenant_required
+
+ROWS = 25
+
+
+def _activity(org) -> dict:
+    leases = (Lease.objects.filter(tenant=org).order_by("-created_at")
+              .prefetch_related(Prefetch("allocations", queryset=Allocation.objects
+                                         .select_related("gpu__node")
+                                         .order_by("gpu__node__hostname", "gpu__index")))[:ROWS])
+    return {
+        "orders": Order.objects.filter(tenant=org).order_by("-created_at")[:ROWS],
+        "leases": [{"lease": lease, "ended": lease.state in ENDED,
+                    "gpus": gpu_list(lease.allocations.all())} for lease in leases],
+        "balances": balances_of(org),
+    }
+
+
+def gpu_list(allocations) -> list[str]:
+    """Allocations → ["node-01/0-7", "node-02/0-3,6"]: each node once, its GPU indexes as ranges."""
+    by_node: dict[str, list[int]] = {}
+    for a in allocations:
+        by_node.setdefault(a.gpu.node.hostname, []).append(a.gpu.index)
+    listed = []
+    for node, indexes in by_node.items():
+        runs: list[list[int]] = []
+        for index in sorted(indexes):
+            if runs and index == runs[-1][1] + 1:
+                runs[-1][1] = index
+            else:
+                runs.append([index, index])
+        listed.append(f"{node}/" + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs))
+    return listed
+
+
+def _default_model() -> str | None:
+    """The model with the most GPUs on offer, for the order form's first choice."""
+    top = (offered_gpus().order_by().values("gpu_model__name").annotate(n=Count("id"))
+           .order_by("-n", "gpu_model__name").first())
+    return top["gpu_model__name"] if top else None
+
+
+def _place(request, form: OrderForm):
+    data = form.cleaned_data
+    request_ = orders.OrderRequest(
+        gpu_models=[data["gpu_model"].name], gpus=data["gpus"], hours=data["hours"],
+        tier=data["tier"], max_price_micros=data["max_price"], topology=form.topology(),
+        start_earliest=data.get("start_earliest"), start_latest=data.get("start_latest"),
+        fill=data["fill"], idempotency_key=data.get("idempotency_key") or "")
+    return orders.place_order(tenant=request.organization, request=request_,
+                              actor=request.user.get_username())
+
+
+@tenant_required
+def dashboard(request):
+    org = request.organization
+    if request.method == "POST":
+        form = OrderForm(request.POST)
+        if form.is_valid():
+            try:
+                order = _place(request, form)
+            except orders.OrderError as exc:
+                if exc.field:
+                    form.add_error(ORDER_FIELDS.get(exc.field), exc.message)
+                else:
+                    form.add_error(None, exc.message)
+            else:
+                request.session["last_order"] = order.pk
+                return redirect("web:dashboard")
+    else:
+        form = OrderForm(initial={"idempotency_key": uuid.uuid4().hex,
+                                  "gpu_model": _default_model()})
+    last = None
+    if request.method == "GET" and (last_id := request.session.pop("last_order", None)):
+        last = Order.objects.filter(tenant=org, pk=last_id).select_related("lease").first()
+    return render(request, "web/dashboard.html", {
+        "org": org, "form": form, "last_order": last, **_activity(org)},
+        status=400 if form.errors else 200)
+
+
+def _activity_response(request):
+    return render(request, "web/partials/activity.html",
+                  {"org": request.organization, **_activity(request.organization)})
+
+
+@require_GET
+@tenant_required
+def activity(request):
+    return _activity_response(request)
+
+
+@require_POST
+@tenant_required
+def terminate(request, lease_id: int):
+    lease = get_object_or_404(Lease, pk=lease_id, tenant=request.organization)
+    try:
+        leasing.terminate_lease(lease=lease, actor=request.user.get_username())
+    except leasing.LeaseTransitionError as exc:
+        messages.error(request, f"Lease {lease.pk}: {exc}.")
+    else:
+        messages.success(request, f"Lease {lease.pk} terminated.")
+    if request.headers.get("HX-Request"):
+        return _activity_response(request)
+    return redirect("web:dashboard")
+
+
+@member_required
+def api_keys(request):
+    org = request.organization
+    issued = None
+    form = ApiKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        issued = accounts.issue_api_key(organization=org, scopes=form.cleaned_data["scopes"],
+                                        name=form.cleaned_data["name"], user=request.user)
+        form = ApiKeyForm()
+    keys = ApiKey.objects.filter(organization=org).order_by("-created_at")
+    return render(request, "web/api_keys.html", {"org": org, "form": form, "issued": issued,
+                                                 "keys": keys})
+
+
+@require_POST
+@member_required
+def revoke_key(request, key_id: int):
+    key = get_object_or_404(ApiKey, pk=key_id, organization=request.organization)
+    accounts.revoke_api_key(api_key=key)
+    messages.success(request, f"Key {key.prefix}… revoked.")
+    return redirect("web:api-keys")
