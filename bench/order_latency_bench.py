@@ -20,6 +20,7 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ibex.settings")
+os.environ.setdefault("DEBUG", "1")  # the demo data it measures with is seeded only in DEBUG
 EMBEDDED = not os.environ.get("DATABASE_URL")  # the settings export the embedded URLs
 
 import django  # noqa: E402

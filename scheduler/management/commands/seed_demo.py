@@ -7,14 +7,16 @@ demo only, to var/demo/credentials.json, which `make demo` reads to start simula
 
 import json
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from fabric import generators
 from fabric import services as fabric_services
 from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
-from ibex.accounts.models import Organization, ProviderProfile
+from ibex.accounts.models import Membership, Organization, ProviderProfile
 from ibex.runtime import var_dir
 from market import prices
 from market import services as money
@@ -30,6 +32,7 @@ PROVIDERS = [
      {"nodes": 16, "radix": 8, "tiers": 2, "prefix": "a100-", "rate_gbps": 200}, 1_290_000),
 ]
 TENANTS = ["acme-ai", "beta-labs", "gamma-uni"]
+DEMO_PASSWORD = "ibex-demo"  # local demonstration only: the seed refuses to run with DEBUG off
 TENANT_CREDIT_MICROS = 50_000 * 1_000_000
 KEY_SCOPES = {"provider": ["read", "provide"], "tenant": ["read", "trade"],
               "operator": ["read", "trade", "provide", "admin"]}
@@ -39,6 +42,8 @@ class Command(BaseCommand):
     help = "Seed the demonstration exchange (idempotent)."
 
     def handle(self, *args, **options):
+        if not settings.DEBUG:
+            raise CommandError("seed_demo is for local demonstrations: run it with DEBUG=1")
         path = var_dir() / "demo" / "credentials.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         credentials = json.loads(path.read_text()) if path.exists() else {}
@@ -80,11 +85,24 @@ class Command(BaseCommand):
         for slug, entry in sorted(credentials.items()):
             self.stdout.write(f"{entry['role']:>9} {slug:<12} key {entry['key'][:18]}…")
         self.stdout.write(f"demo API keys: {path}")
+        self.stdout.write(f"web logins: each organisation's slug, password {DEMO_PASSWORD!r} "
+                          "(ibex-ops is also an admin at /admin/)")
 
     def _org(self, slug: str, role: str) -> Organization:
         org = Organization.objects.filter(slug=slug).first()
-        return org or accounts.create_organization(slug=slug, name=slug.replace("-", " ").title(),
-                                                   roles=(role,))
+        user = get_user_model().objects.filter(username=slug).first()
+        if user is None:
+            # a person to log in to the web pages as: user = the slug, password DEMO_PASSWORD
+            user = get_user_model().objects.create_user(username=slug, password=DEMO_PASSWORD,
+                                                        is_staff=role == "operator",
+                                                        is_superuser=role == "operator")
+            if org is not None:
+                Membership.objects.get_or_create(user=user, organization=org,
+                                                 defaults={"role": Membership.Role.OWNER})
+        if org is None:
+            org = accounts.create_organization(slug=slug, name=slug.replace("-", " ").title(),
+                                               roles=(role,), owner=user)
+        return org
 
     def _credentials(self, credentials: dict, org: Organization, role: str) -> dict:
         entry = credentials.get(org.slug)

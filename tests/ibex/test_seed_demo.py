@@ -1,0 +1,34 @@
+import pytest
+from django.core.management import CommandError, call_command
+
+
+def test_seed_demo_builds_two_priced_providers_three_funded_tenants_and_logins(db, settings,
+                                                                               tmp_path,
+                                                                               monkeypatch):
+    from django.contrib.auth import authenticate
+
+    from market.models import GpuPrice
+    from market.services import balances_of
+    from pool.models import Node
+
+    monkeypatch.setenv("IBEX_VAR_DIR", str(tmp_path))
+    settings.DEBUG = True
+
+    call_command("seed_demo", verbosity=0)
+    call_command("seed_demo", verbosity=0)  # a second run reuses everything
+
+    assert Node.objects.count() == 80
+    assert GpuPrice.objects.filter(superseded_at__isnull=True).count() == 640
+    from ibex.accounts.models import Organization
+
+    tenant = Organization.objects.get(slug="acme-ai")
+    assert balances_of(tenant).available_micros == 50_000 * 1_000_000
+    assert authenticate(username="acme-ai", password="ibex-demo") is not None
+    assert (tmp_path / "demo" / "credentials.json").exists()
+
+
+def test_seed_demo_refuses_to_run_outside_debug(db, settings):
+    settings.DEBUG = False
+
+    with pytest.raises(CommandError, match="DEBUG=1"):
+        call_command("seed_demo", verbosity=0)
