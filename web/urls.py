@@ -1,7 +1,14 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from web import views_account, views_market, views_provider, views_tenant
+from web import (
+    views_account,
+    views_billing,
+    views_lease,
+    views_market,
+    views_provider,
+    views_tenant,
+)
 
 app_name = "web"
 
@@ -16,7 +23,13 @@ urlpatterns = [
     path("home/", views_account.home, name="home"),
     path("app/", views_tenant.dashboard, name="dashboard"),
     path("app/activity/", views_tenant.activity, name="activity"),
-    path("app/leases/<int:lease_id>/terminate/", views_tenant.terminate, name="terminate"),
+    path("app/leases/<int:lease_id>/", views_lease.lease_detail, name="lease"),
+    path("app/leases/<int:lease_id>/terminate/", views_lease.terminate, name="terminate"),
+    path("app/leases/<int:lease_id>/extend/", views_lease.extend, name="extend"),
+    path("app/orders/<int:order_id>/cancel/", views_lease.cancel_order, name="cancel-order"),
+    path("app/account/", views_billing.account, name="account"),
+    path("app/account/top-ups/<int:top_up_id>/", views_billing.top_up_status, name="top-up"),
+    path("app/account/invoices/<str:month>/", views_billing.invoice, name="invoice"),
     path("app/keys/", views_tenant.api_keys, name="api-keys"),
     path("app/keys/<int:key_id>/revoke/", views_tenant.revoke_key, name="revoke-key"),
     path("provider/", views_provider.fleet, name="provider"),

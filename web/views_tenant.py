@@ -9,7 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
-from market import leasing, orders
+from market import orders
 from market.leasing import ENDED
 from market.models import Allocation, Lease, Order
 from market.services import balances_of
@@ -104,21 +104,6 @@ def _activity_response(request):
 @tenant_required
 def activity(request):
     return _activity_response(request)
-
-
-@require_POST
-@tenant_required
-def terminate(request, lease_id: int):
-    lease = get_object_or_404(Lease, pk=lease_id, tenant=request.organization)
-    try:
-        leasing.terminate_lease(lease=lease, actor=request.user.get_username())
-    except leasing.LeaseTransitionError as exc:
-        messages.error(request, f"Lease {lease.pk}: {exc}.")
-    else:
-        messages.success(request, f"Lease {lease.pk} terminated.")
-    if request.headers.get("HX-Request"):
-        return _activity_response(request)
-    return redirect("web:dashboard")
 
 
 @member_required

@@ -1,0 +1,128 @@
+"""One lease of the tenant's: its GPUs, history, SLA, the preemption countdown, terminate and
+extend; and cancelling a resting order from the dashboard."""
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from market import leasing, orders
+from market.leasing import ENDED
+from market.models import Allocation, Lease, Order
+from web.orgs import tenant_required
+from web.views_tenant import _activity_response, gpu_list
+
+MAX_EXTEND_HOURS = 24 * 30
+
+
+def countdown(seconds: float) -> str:
+    """Seconds left → "4 min 05 s" (or "now")."""
+    seconds = int(seconds)
+    if seconds <= 0:
+        return "now"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min {secs:02d} s"
+    return f"{minutes} min {secs:02d} s"
+
+
+def _sla(lease: Lease) -> dict | None:
+    if lease.state in (Lease.State.PENDING, Lease.State.PLACING):
+        return None
+    from scheduler.sla import sla_report
+
+    report = sla_report(lease)
+    bp = report["sla"].availability_target_bp
+    return {**report, "target": None if bp is None else f"{bp / 100:g}%"}
+
+
+def _lease_context(lease: Lease) -> dict:
+    now = timezone.now()
+    allocations = (Allocation.objects.filter(lease=lease).select_related("gpu__node")
+                   .order_by("gpu__node__hostname", "gpu__index"))
+    context = {"lease": lease, "ended": lease.state in ENDED, "gpus": gpu_list(allocations),
+               "events": lease.events.all(), "sla": _sla(lease), "now": now,
+               "max_extend_hours": MAX_EXTEND_HOURS}
+    if lease.state == Lease.State.PREEMPTING and lease.preempt_at:
+        left = (lease.preempt_at - now).total_seconds()
+        context["preempt_in"] = countdown(left)
+    return context
+
+
+def _lease_of(request, lease_id: int) -> Lease:
+    return get_object_or_404(Lease, pk=lease_id, tenant=request.organization)
+
+
+@tenant_required
+def lease_detail(request, lease_id: int):
+    lease = _lease_of(request, lease_id)
+    context = {"org": request.organization, **_lease_context(lease)}
+    if request.headers.get("HX-Request"):
+        return render(request, "web/partials/lease.html", context)
+    return render(request, "web/lease.html", context)
+
+
+def _after_action(request, lease: Lease):
+    """htmx from the lease page: the lease again; htmx from the dashboard: its tables;
+    a plain form: back to the page it came from."""
+    from_lease_page = (request.headers.get("HX-Target") == "lease"
+                       or request.POST.get("next") == "lease")
+    if request.headers.get("HX-Request"):
+        if from_lease_page:
+            lease.refresh_from_db()
+            return render(request, "web/partials/lease.html",
+                          {"org": request.organization, **_lease_context(lease)})
+        return _activity_response(request)
+    return redirect("web:lease", lease.pk) if from_lease_page else redirect("web:dashboard")
+
+
+@require_POST
+@tenant_required
+def extend(request, lease_id: int):
+    lease = _lease_of(request, lease_id)
+    try:
+        hours = int(request.POST.get("hours", ""))
+        if not 1 <= hours <= MAX_EXTEND_HOURS:
+            raise ValueError
+    except ValueError:
+        messages.error(request, f"Lease {lease.pk}: extend by a whole number of hours, "
+                                f"1 to {MAX_EXTEND_HOURS}.")
+        return _after_action(request, lease)
+    try:
+        lease = leasing.extend_lease(lease=lease, hours=hours,
+                                     actor=request.user.get_username())
+    except (leasing.LeaseTransitionError, leasing.GpusUnavailable) as exc:
+        messages.error(request, f"Lease {lease.pk} not extended: {exc}.")
+    else:
+        messages.success(request, f"Lease {lease.pk} extended by {hours} h; it now ends "
+                                  f"{timezone.localtime(lease.ends_at):%b %-d, %H:%M}.")
+    return _after_action(request, lease)
+
+
+@require_POST
+@tenant_required
+def terminate(request, lease_id: int):
+    lease = _lease_of(request, lease_id)
+    try:
+        leasing.terminate_lease(lease=lease, actor=request.user.get_username())
+    except leasing.LeaseTransitionError as exc:
+        messages.error(request, f"Lease {lease.pk}: {exc}.")
+    else:
+        messages.success(request, f"Lease {lease.pk} terminated.")
+    return _after_action(request, lease)
+
+
+@require_POST
+@tenant_required
+def cancel_order(request, order_id: int):
+    order = get_object_or_404(Order, pk=order_id, tenant=request.organization)
+    try:
+        orders.cancel_order(order=order, actor=request.user.get_username())
+    except orders.OrderError as exc:
+        messages.error(request, f"Order {order.pk} not cancelled: {exc.message}.")
+    else:
+        messages.success(request, f"Order {order.pk} cancelled; its hold is released.")
+    if request.headers.get("HX-Request"):
+        return _activity_response(request)
+    return redirect("web:dashboard")
