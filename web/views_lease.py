@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 from market import leasing, orders
 from market.leasing import ENDED
 from market.models import Allocation, Lease, Order
+from scheduler.sla import sla_report
 from web.orgs import tenant_required
 from web.views_tenant import _activity_response, gpu_list
 
@@ -27,11 +28,7 @@ def countdown(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s"
 
 
-def _sla(lease: Lease) -> dict | None:
-    if lease.state in (Lease.State.PENDING, Lease.State.PLACING):
-        return None
-    from scheduler.sla import sla_report
-
+def _sla(lease: Lease) -> dict:
     report = sla_report(lease)
     bp = report["sla"].availability_target_bp
     return {**report, "target": None if bp is None else f"{bp / 100:g}%"}

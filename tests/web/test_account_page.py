@@ -1,0 +1,74 @@
+from market import services as money
+from market.invoices import months_with_activity
+from market.models import TopUp
+
+
+def test_the_account_page_shows_balances_ledger_and_invoice_months(tenant_web, tenant):
+    response = tenant_web.get("/app/account/")
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert 'id="balance-available">$1,000.00' in page and 'id="balance-held">$0.00' in page
+    assert 'id="ledger"' in page and "$1,000.00" in page  # the funding entry
+    month = months_with_activity(organization=tenant)[0]
+    assert f'href="/app/account/invoices/{month}/"' in page
+    assert "cdn" not in page.lower() and "js.stripe.com" not in page
+
+
+def test_an_invoice_month_renders_in_a_web_page(tenant_web, tenant):
+    month = months_with_activity(organization=tenant)[0]
+
+    response = tenant_web.get(f"/app/account/invoices/{month}/")
+
+    assert response.status_code == 200
+    assert f"Invoice for {month}" in response.content.decode()
+    assert 'id="invoice-total"' in response.content.decode()
+    assert tenant_web.get("/app/account/invoices/2026-13/").status_code == 404
+    assert tenant_web.get("/app/account/invoices/junk/").status_code == 404
+
+
+def test_a_top_up_polls_until_its_payment_is_ready_to_confirm(tenant_web, tenant):
+    response = tenant_web.post("/app/account/", {"amount": "250.00", "idempotency_key": "t-1"})
+
+    assert response.status_code == 302
+    top_up = TopUp.objects.get(tenant=tenant)
+    assert top_up.amount_micros == 250_000_000 and top_up.state == "created"
+    page = tenant_web.get("/app/account/").content.decode()
+    status_url = f"/app/account/top-ups/{top_up.pk}/"
+    assert f'hx-get="{status_url}"' in page and 'hx-trigger="every 1s"' in page
+    assert "asking Stripe for a payment" in page
+
+    money.record_payment_intent(top_up=top_up, payment_intent_id="pi_test_123",
+                                client_secret="pi_test_123_secret_abc")
+    part = tenant_web.get(status_url).content.decode()
+
+    assert "ready to confirm the card" in part and "pi_test_123" in part
+    assert "every 1s" not in part  # polling stops
+    assert "Stripe.js is not loaded" in part
+
+
+def test_the_same_top_up_form_posted_twice_starts_one_top_up(tenant_web, tenant):
+    tenant_web.post("/app/account/", {"amount": "250.00", "idempotency_key": "t-1"})
+    tenant_web.post("/app/account/", {"amount": "250.00", "idempotency_key": "t-1"})
+
+    assert TopUp.objects.filter(tenant=tenant).count() == 1
+
+
+def test_a_top_up_out_of_bounds_is_refused_next_to_the_amount(tenant_web, tenant):
+    response = tenant_web.post("/app/account/", {"amount": "1.00", "idempotency_key": "t-2"})
+
+    assert response.status_code == 400
+    assert 'id="id_amount_error"' in response.content.decode()
+    assert "top up between" in response.content.decode()
+    assert not TopUp.objects.exists()
+
+
+def test_another_tenants_top_up_is_not_found(client, tenant_web, tenant):
+    from ibex.accounts import services as accounts
+    from tests.web.conftest import person
+
+    top_up = money.create_top_up(tenant=tenant, amount_micros=50_000_000)
+    rival = accounts.create_organization(slug="rival-labs", roles=("tenant",))
+    client.force_login(person("rita-rival", rival))
+
+    assert client.get(f"/app/account/top-ups/{top_up.pk}/").status_code == 404
