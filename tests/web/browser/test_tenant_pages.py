@@ -1,0 +1,81 @@
+"""A tenant opens a lease from the dashboard, extends and terminates it; tops up by card."""
+
+import re
+
+import pytest
+
+from ibex.accounts.models import Organization
+from market import services as money
+from market.models import Lease, TopUp
+from market.orders import OrderRequest, place_order
+from tests.web.browser.market_data import lively_market
+from tests.web.conftest import PASSWORD, person
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def expect(locator):
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def _tenant_logged_in(page) -> Organization:
+    tenant = Organization.objects.create(slug="acme-ai", name="Acme AI", is_tenant=True)
+    money.grant_credit(organization=tenant, amount_micros=5_000 * 1_000_000,
+                       reason="welcome credit", actor="test")
+    person("tess", tenant)
+    page.goto("/login/")
+    page.get_by_label("Username").fill("tess")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile("/app/$"))
+    return tenant
+
+
+def test_a_tenant_opens_a_lease_extends_it_and_terminates_it(page, screenshot):
+    lively_market()
+    tenant = _tenant_logged_in(page)
+    place_order(tenant=tenant, actor="tess", request=OrderRequest(
+        gpu_models=["H100-80GB"], gpus=16, hours=4, tier="on_demand",
+        max_price_micros=2_500_000, topology={"required": "leaf"}))
+    lease = Lease.objects.get(tenant=tenant)
+    page.reload()
+
+    page.locator(f'tr[data-lease="{lease.pk}"]').get_by_role("link").click()
+
+    expect(page).to_have_url(re.compile(f"/app/leases/{lease.pk}/$"))
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Lease #{lease.pk}")
+    expect(page.locator("#events tbody tr").first).to_be_visible()
+    page.get_by_label("Extend by (hours)").fill("2")
+    page.get_by_role("button", name="Extend").click()  # htmx swaps the lease
+    expect(page.get_by_role("status").filter(has_text="extended by 2 h")).to_be_visible()
+    expect(page.locator("#events")).to_contain_text("extended by 2 h")
+    screenshot(page, "lease-detail", full_page=True)
+
+    page.once("dialog", lambda dialog: dialog.accept())  # "End lease N now?"
+    page.get_by_role("button", name="Terminate lease").click()
+
+    expect(page.get_by_role("status").filter(has_text="terminated.")).to_be_visible()
+    expect(page.locator("#lease-facts").locator("xpath=..").locator(".badge")).to_have_text(
+        "terminated")
+    expect(page.get_by_role("button", name="Terminate lease")).to_have_count(0)
+    lease.refresh_from_db()
+    assert lease.state == "terminated"
+
+
+def test_a_tenant_tops_up_and_the_page_waits_for_the_payment(page, screenshot):
+    tenant = _tenant_logged_in(page)
+    page.get_by_role("link", name="Account").click()
+    expect(page.locator("#balance-available")).to_have_text("$5,000.00")
+
+    page.get_by_label("Amount (USD)").fill("250")
+    page.get_by_role("button", name="Start top-up").click()
+
+    expect(page.locator("#top-up")).to_contain_text("asking Stripe for a payment")
+    top_up = TopUp.objects.get(tenant=tenant)
+    money.record_payment_intent(top_up=top_up, payment_intent_id="pi_3Demo0000000001",
+                                client_secret="pi_3Demo0000000001_secret_x")  # as the task does
+    expect(page.locator("#top-up")).to_contain_text("ready to confirm the card")  # polled
+    expect(page.locator("#top-up")).to_contain_text("pi_3Demo0000000001")
+    screenshot(page, "account", full_page=True)
