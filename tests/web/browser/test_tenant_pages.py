@@ -48,6 +48,10 @@ def test_a_tenant_opens_a_lease_extends_it_and_terminates_it(page, screenshot):
     expect(page.get_by_role("heading", level=1)).to_have_text(f"Lease #{lease.pk}")
     expect(page.locator("#events tbody tr").first).to_be_visible()
     page.get_by_label("Extend by (hours)").fill("2")
+    page.evaluate("htmx.ajax('GET', location.pathname, {target: '#lease', swap: 'innerHTML'})"
+                  ".then(() => document.body.dataset.refreshed = 'yes')")  # as the 5 s poll
+    expect(page.locator("body[data-refreshed=yes]")).to_have_count(1)
+    expect(page.get_by_label("Extend by (hours)")).to_have_value("2")  # kept by hx-preserve
     page.get_by_role("button", name="Extend").click()  # htmx swaps the lease
     expect(page.get_by_role("status").filter(has_text="extended by 2 h")).to_be_visible()
     expect(page.locator("#events")).to_contain_text("extended by 2 h")
