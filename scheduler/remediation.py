@@ -13,6 +13,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from market import leasing
@@ -29,9 +30,8 @@ def broken_gpus_of(lease: Lease, now: datetime) -> list[int]:
         _broken()).values_list("gpu_id", flat=True))
 
 
-def _broken():
-    from django.db.models import Q
-
+def _broken() -> Q:
+    """An allocation whose GPU failed or whose node went silent."""
     return Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
 
 
