@@ -15,6 +15,7 @@ from ibex.accounts.api import StrictSerializer
 from ibex.accounts.models import Organization
 from ibex.accounts.permissions import ReadOrProvide, organization_of
 from ibex.api.errors import ApiError
+from pool import quota as core
 from pool import quotas, services
 from pool.models import Gpu, GpuModel, Node, Pool
 
@@ -451,7 +452,12 @@ class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         name = request.query_params.get("pool")
         if not name:
             raise serializers.ValidationError({"pool": ["Name the pool: ?pool=NAME."]})
-        return Response(quotas.quota_view(self._pool(name)))
+        pool = self._pool(name)
+        try:
+            return Response(quotas.quota_view(pool))
+        except core.QuotaError as exc:  # rows changed outside the services (the admin)
+            raise ApiError(f"the quota tree of pool {pool.name} is inconsistent: {exc}",
+                           code="inconsistent_quotas", status_code=409) from None
 
     @extend_schema(request=QuotaNodeCreateSerializer, responses={201: QuotaNodeSerializer},
                    summary="Define (create or replace) a quota node and its quotas (operators)")

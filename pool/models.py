@@ -1,5 +1,6 @@
 """The inventory every lease is placed on: GPU models, nodes, GPUs, their health and pools."""
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -216,6 +217,21 @@ class QuotaNode(models.Model):
 
     def __str__(self):
         return f"{self.pool_id}/{self.name}"
+
+    def clean(self):
+        """For forms (the admin): the parent is in the same pool and is not a descendant."""
+        if self.parent_id is None:
+            return
+        if self.cohort:
+            raise ValidationError({"cohort": "A quota node names a parent or a cohort, not both."})
+        ancestor, seen = self.parent, set()
+        while ancestor is not None and ancestor.pk not in seen:
+            if ancestor.pool_id != self.pool_id:
+                raise ValidationError({"parent": "The parent must be in the same pool."})
+            if self.pk is not None and ancestor.pk == self.pk:
+                raise ValidationError({"parent": "That parent would make a cycle."})
+            seen.add(ancestor.pk)
+            ancestor = ancestor.parent
 
 
 class Quota(models.Model):

@@ -124,6 +124,7 @@ def define_quota_node(*, pool: Pool, name: str, parent: str | None = None, cohor
                       quotas: Iterable[QuotaSpec] = ()) -> QuotaNode:
     """Create or replace the quota node `name` of `pool` with exactly these quotas."""
     quotas = list(quotas)
+    Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one tree change at a time
     if parent and cohort:
         raise QuotaInputError("cohort", "a quota node names a parent or a cohort, not both")
     parent_row = None
@@ -145,7 +146,7 @@ def define_quota_node(*, pool: Pool, name: str, parent: str | None = None, cohor
         name=name, parent=parent or None, cohort=cohort or None,
         quotas={q.gpu_model: core.ModelQuota(q.nominal, q.borrowing_limit, q.lending_limit)
                 for q in quotas}))
-    node, _ = QuotaNode.objects.select_for_update().update_or_create(
+    node, _ = QuotaNode.objects.update_or_create(
         pool=pool, name=name,
         defaults={"parent": parent_row, "cohort": cohort or "", "organization": organization,
                   "preempt_within_queue": preempt_within_queue})

@@ -1,7 +1,10 @@
 """Quotas in the database and the API: an operator defines a university's quota tree, tenants
 read their own pool, bad input is refused by name and nothing is saved."""
 
+import hypothesis
 import pytest
+from django.db import transaction
+from hypothesis import strategies as st
 
 from pool import quota as core
 from pool import quotas, services
@@ -178,3 +181,44 @@ def test_a_pool_shows_its_gpus_and_those_bound_now(campus_pool, operator_client,
     pool = operator_client.get("/api/v1/pools/campus/").json()
 
     assert pool["capacity"] == [{"gpu_model": H100, "gpus": 8, "bound": 3}]
+
+
+def test_the_admin_refuses_a_parent_from_another_pool_or_a_cycle(university_tree, operator):
+    from django.core.exceptions import ValidationError
+
+    other = Pool.objects.create(name="elsewhere", owner=operator)
+    stray = QuotaNode(pool=other, name="stray", parent=QuotaNode.objects.get(name="physics"))
+    university = QuotaNode.objects.get(name="university")
+    university.parent = QuotaNode.objects.get(name="physics")
+
+    with pytest.raises(ValidationError, match="same pool"):
+        stray.full_clean()
+    with pytest.raises(ValidationError, match="cycle"):
+        university.full_clean()
+
+
+NAMES = ["university", "physics", "chemistry", "guests"]
+_limit = st.none() | st.integers(-2, 20)
+_quota = st.fixed_dictionaries({"gpu_model": st.sampled_from([H100, "A100-80GB", "Z9000"]),
+                                "nominal": st.integers(-2, 20), "borrowing_limit": _limit,
+                                "lending_limit": _limit})
+_body = st.fixed_dictionaries({
+    "name": st.sampled_from(NAMES), "parent": st.none() | st.sampled_from(NAMES),
+    "cohort": st.sampled_from(["", *NAMES]), "quotas": st.lists(_quota, max_size=3)})
+
+
+@hypothesis.settings(max_examples=60, deadline=None,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(bodies=st.lists(_body, min_size=1, max_size=8))
+def test_whatever_an_operator_sends_the_stored_tree_stays_valid(operator_client, campus_pool,
+                                                                bodies):
+    with transaction.atomic():
+        answers = [define(operator_client, **body).status_code for body in bodies]
+        tree = quotas.quota_tree(campus_pool)
+        listed = operator_client.get("/api/v1/quotas/?pool=campus")
+        transaction.set_rollback(True)
+
+    assert set(answers) <= {201, 400}
+    assert listed.status_code == 200
+    assert sorted(tree.nodes) == sorted({n["name"] for n in listed.json()}
+                                        | {n["cohort"] for n in listed.json() if n["cohort"]})
