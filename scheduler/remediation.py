@@ -68,21 +68,28 @@ def _remediate(lease: Lease, now: datetime) -> str:
 
 
 def _replacements(lease: Lease, count: int, now: datetime):
+    """Cheapest free GPUs inside the domain the lease was promised; a `preferred` constraint
+    is no promise, so then the same domain comes first and any other will do."""
     order = getattr(lease, "order", None)
     topology = (order.topology if order else {}) or {}
     level = topology.get("required") or topology.get("preferred")
+    required = bool(topology.get("required"))
     by_node = free_priced_gpus(Order(gpu_models=[lease.gpu_model], hours=1), now, lease.ends_at)
     keep = _domain_of_remaining(lease, level, now)
-    candidates = []
+    inside, outside = [], []
     for (fabric, spine, leaf, _host), gpus in sorted(by_node.items()):
+        affordable = [g for g in gpus if g.price_micros <= lease.max_price_micros]
         domain = {"leaf": (fabric, leaf), "spine": (fabric, spine)}.get(level)
-        if keep is not None and domain is not None and domain != keep:
-            continue
-        candidates += [g for g in gpus if g.price_micros <= lease.max_price_micros]
-    candidates.sort(key=lambda g: (g.price_micros, g.gpu_id))
-    if len(candidates) < count:
+        if keep is None or domain is None or domain == keep:
+            inside += affordable
+        else:
+            outside += affordable
+    by_price = sorted(inside, key=lambda g: (g.price_micros, g.gpu_id))
+    if not required:
+        by_price += sorted(outside, key=lambda g: (g.price_micros, g.gpu_id))
+    if len(by_price) < count:
         return None
-    return [leasing.GpuChoice(g.gpu_id, g.price_micros) for g in candidates[:count]]
+    return [leasing.GpuChoice(g.gpu_id, g.price_micros) for g in by_price[:count]]
 
 
 def _domain_of_remaining(lease: Lease, level: str | None, now: datetime):

@@ -83,3 +83,14 @@ def test_healthy_leases_are_left_alone(db):
     active_lease(client)
 
     assert remediation.remediate_leases() == {}
+
+
+def test_a_preferred_leaf_is_no_promise_so_a_lease_moves_to_another_leaf_if_it_must(db):
+    client = setup_market()
+    lease = active_lease(client, gpus=16, topology={"preferred": "leaf"})  # a whole leaf
+    gpu = Allocation.objects.filter(lease=lease).first().gpu
+
+    fail(gpu)
+
+    assert remediation.remediate_leases() == {lease.pk: "moved"}
+    assert len(current_hosts(lease)) == 2  # now across two leaves
