@@ -1,7 +1,17 @@
 from django.contrib import admin, messages
 
 from pool import services
-from pool.models import Binding, Gpu, GpuModel, HealthEvent, Node, NodeStateChange, Pool
+from pool.models import (
+    Binding,
+    Gpu,
+    GpuModel,
+    HealthEvent,
+    Node,
+    NodeStateChange,
+    Pool,
+    Quota,
+    QuotaNode,
+)
 
 
 @admin.register(GpuModel)
@@ -86,3 +96,18 @@ class PoolAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "owner", "created_at"]
     list_filter = ["kind"]
     filter_horizontal = ["nodes"]
+
+
+class QuotaInline(admin.TabularInline):
+    model = Quota
+    fields = ["gpu_model", "nominal", "borrowing_limit", "lending_limit"]
+    extra = 0
+
+
+@admin.register(QuotaNode)
+class QuotaNodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "parent", "cohort", "organization", "preempt_within_queue"]
+    list_filter = ["pool"]
+    search_fields = ["name", "pool__name", "organization__slug"]
+    list_select_related = ["pool", "parent", "organization"]
+    inlines = [QuotaInline]

@@ -1,20 +1,23 @@
-"""REST API for the pool: nodes (providers), heartbeats (node agents), GPUs, GPU models."""
+"""REST API for the pool: nodes (providers), heartbeats (node agents), GPUs, GPU models,
+pools and their quotas."""
 
 import django_filters
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
+from rest_framework.exceptions import AuthenticationFailed, NotFound, PermissionDenied
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ibex.accounts.api import StrictSerializer
+from ibex.accounts.models import Organization
 from ibex.accounts.permissions import ReadOrProvide, organization_of
 from ibex.api.errors import ApiError
-from pool import services
-from pool.models import Gpu, GpuModel, Node
+from pool import quota as core
+from pool import quotas, services
+from pool.models import Gpu, GpuModel, Node, Pool
 
 MAX_BULK_NODES = 1000
 
@@ -343,3 +346,142 @@ class GpuModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     lookup_field = "name"
     lookup_value_regex = "[A-Za-z0-9.-]+"
     pagination_class = None
+
+
+# --- pools and quotas -------------------------------------------------------------------------
+
+
+class PoolCapacitySerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    gpus = serializers.IntegerField(help_text="GPUs on the pool's live nodes")
+    bound = serializers.IntegerField(help_text="of those, GPUs bound to leases now")
+
+
+class PoolSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.slug")
+    capacity = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Pool
+        fields = ["name", "kind", "owner", "created_at", "capacity"]
+
+    @extend_schema_field(PoolCapacitySerializer(many=True))
+    def get_capacity(self, pool) -> list[dict]:
+        return quotas.pool_capacity(pool)
+
+
+class PoolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Operators see every pool; others the pools they own or whose quota nodes name them."""
+
+    serializer_class = PoolSerializer
+    permission_classes = [ReadOrProvide]
+    lookup_field = "name"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Pool.objects.none()
+        return (quotas.pools_visible_to(organization_of(self.request))
+                .select_related("owner").order_by("name"))
+
+
+class QuotaSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    nominal = serializers.IntegerField()
+    borrowing_limit = serializers.IntegerField(allow_null=True)
+    lending_limit = serializers.IntegerField(allow_null=True)
+    available_if_idle = serializers.IntegerField(
+        help_text="what the node may take while nothing runs in the pool (usage per queue "
+                  "comes from the market's leases)")
+
+
+class QuotaNodeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    pool = serializers.CharField()
+    name = serializers.CharField()
+    parent = serializers.CharField(allow_null=True)
+    cohort = serializers.CharField(allow_blank=True)
+    organization = serializers.CharField(allow_null=True)
+    preempt_within_queue = serializers.BooleanField()
+    is_queue = serializers.BooleanField()
+    quotas = QuotaSerializer(many=True)
+
+
+class QuotaInputSerializer(StrictSerializer):
+    gpu_model = serializers.CharField(max_length=40)
+    nominal = serializers.IntegerField(min_value=0, max_value=10**7)
+    borrowing_limit = serializers.IntegerField(min_value=0, max_value=10**7, required=False,
+                                               allow_null=True, default=None)
+    lending_limit = serializers.IntegerField(min_value=0, max_value=10**7, required=False,
+                                             allow_null=True, default=None)
+
+
+class QuotaNodeCreateSerializer(StrictSerializer):
+    pool = serializers.SlugField(max_length=100)
+    name = serializers.SlugField(max_length=100)
+    parent = serializers.SlugField(max_length=100, required=False, allow_null=True, default=None)
+    cohort = serializers.SlugField(max_length=100, required=False, allow_blank=True, default="")
+    organization = serializers.SlugField(max_length=64, required=False, allow_null=True,
+                                         default=None, help_text="whose orders count against it")
+    preempt_within_queue = serializers.BooleanField(required=False, default=False)
+    quotas = QuotaInputSerializer(many=True, required=False, default=list, max_length=64)
+
+
+class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """A pool's quota tree: nodes, their quotas, parent and cohort. Operators define them."""
+
+    serializer_class = QuotaNodeSerializer
+    permission_classes = [ReadOrProvide]
+    pagination_class = None
+
+    def get_queryset(self):
+        return Pool.objects.none()  # answers are built by pool.quotas.quota_view
+
+    def _pool(self, name: str) -> Pool:
+        pool = (quotas.pools_visible_to(organization_of(self.request))
+                .filter(name=name).first())
+        if pool is None:
+            raise NotFound(f"No pool named {name!r}.")
+        return pool
+
+    @extend_schema(parameters=[OpenApiParameter("pool", str, required=True,
+                                                description="the pool's name")],
+                   responses=QuotaNodeSerializer(many=True),
+                   summary="A pool's quota nodes with their quotas")
+    def list(self, request):
+        name = request.query_params.get("pool")
+        if not name:
+            raise serializers.ValidationError({"pool": ["Name the pool: ?pool=NAME."]})
+        pool = self._pool(name)
+        try:
+            return Response(quotas.quota_view(pool))
+        except core.QuotaError as exc:  # rows changed outside the services (the admin)
+            raise ApiError(f"the quota tree of pool {pool.name} is inconsistent: {exc}",
+                           code="inconsistent_quotas", status_code=409) from None
+
+    @extend_schema(request=QuotaNodeCreateSerializer, responses={201: QuotaNodeSerializer},
+                   summary="Define (create or replace) a quota node and its quotas (operators)")
+    def create(self, request):
+        if not organization_of(request).is_operator:
+            raise PermissionDenied("Only operators define quotas.")
+        form = QuotaNodeCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        pool = Pool.objects.filter(name=data["pool"]).first()
+        if pool is None:
+            raise serializers.ValidationError({"pool": [f"No pool named {data['pool']!r}."]})
+        organization = None
+        if data["organization"]:
+            organization = Organization.objects.filter(slug=data["organization"]).first()
+            if organization is None:
+                raise serializers.ValidationError(
+                    {"organization": [f"No organisation {data['organization']!r}."]})
+        try:
+            node = quotas.define_quota_node(
+                pool=pool, name=data["name"], parent=data["parent"], cohort=data["cohort"],
+                organization=organization, preempt_within_queue=data["preempt_within_queue"],
+                quotas=[quotas.QuotaSpec(**q) for q in data["quotas"]])
+        except quotas.QuotaInputError as exc:
+            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        view = next(v for v in quotas.quota_view(pool) if v["id"] == node.id)
+        return Response(view, status=status.HTTP_201_CREATED)

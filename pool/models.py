@@ -1,5 +1,6 @@
 """The inventory every lease is placed on: GPU models, nodes, GPUs, their health and pools."""
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -187,3 +188,74 @@ class Pool(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class QuotaNode(models.Model):
+    """A node of a pool's quota tree (`pool.quota.QuotaNode`): a queue (leaf) or a group.
+
+    `cohort` is the core's shorthand for a plain parent shared by the nodes naming it; a node
+    names a parent or a cohort, not both. `organization`: whose orders count against it.
+    """
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quota_nodes")
+    name = models.SlugField(max_length=100)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                               related_name="children")
+    cohort = models.SlugField(max_length=100, blank=True)
+    organization = models.ForeignKey(Organization, null=True, blank=True,
+                                     on_delete=models.PROTECT, related_name="quota_nodes")
+    preempt_within_queue = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pool", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "name"], name="quota_node_name_unique_per_pool"),
+            models.CheckConstraint(condition=Q(parent__isnull=True) | Q(cohort=""),
+                                   name="quota_node_parent_or_cohort"),
+        ]
+
+    def __str__(self):
+        return f"{self.pool_id}/{self.name}"
+
+    def clean(self):
+        """For forms (the admin): the parent is in the same pool and is not a descendant."""
+        if self.parent_id is None:
+            return
+        if self.cohort:
+            raise ValidationError({"cohort": "A quota node names a parent or a cohort, not both."})
+        ancestor, seen = self.parent, set()
+        while ancestor is not None and ancestor.pk not in seen:
+            if ancestor.pool_id != self.pool_id:
+                raise ValidationError({"parent": "The parent must be in the same pool."})
+            if self.pk is not None and ancestor.pk == self.pk:
+                raise ValidationError({"parent": "That parent would make a cycle."})
+            seen.add(ancestor.pk)
+            ancestor = ancestor.parent
+
+
+class Quota(models.Model):
+    """A quota node's GPUs of one model (`pool.quota.ModelQuota`); null limits: no limit."""
+
+    node = models.ForeignKey(QuotaNode, on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="quotas")
+    nominal = models.IntegerField(default=0)
+    borrowing_limit = models.IntegerField(null=True, blank=True)
+    lending_limit = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "gpu_model"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "gpu_model"], name="quota_model_unique_per_node"),
+            models.CheckConstraint(
+                condition=Q(nominal__gte=0)
+                & (Q(borrowing_limit__isnull=True) | Q(borrowing_limit__gte=0))
+                & (Q(lending_limit__isnull=True) | Q(lending_limit__gte=0)),
+                name="quota_non_negative"),
+            models.CheckConstraint(
+                condition=Q(lending_limit__isnull=True) | Q(lending_limit__lte=models.F("nominal")),
+                name="quota_lending_within_nominal"),
+        ]
+
+    def __str__(self):
+        return f"{self.node} {self.gpu_model_id}: {self.nominal}"

@@ -7,6 +7,8 @@ router = SimpleRouter()
 router.register("nodes", api.NodeViewSet, basename="node")
 router.register("gpus", api.GpuViewSet, basename="gpu")
 router.register("gpu-models", api.GpuModelViewSet, basename="gpu-model")
+router.register("pools", api.PoolViewSet, basename="pool")
+router.register("quotas", api.QuotaNodeViewSet, basename="quota")
 
 urlpatterns = [
     path("nodes/<int:pk>/heartbeat/", api.HeartbeatView.as_view(), name="node-heartbeat"),

@@ -1,0 +1,189 @@
+"""Quotas in the database: define quota nodes and their per-model quotas, build the pure
+`pool.quota.QuotaTree` of a pool, and read what the API shows (capacity, quotas when idle).
+
+Every change to quotas goes through `define_quota_node` and `set_quota` (one transaction
+each). Per-queue usage comes from the market's active leases: the market passes it as plain
+`(queue, model, gpus)` tuples to `usage_of_pool` (the pool imports nothing from the market).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Q
+
+from ibex.accounts.models import Organization
+from pool import quota as core
+from pool.models import Binding, Gpu, GpuModel, Node, Pool, Quota, QuotaNode
+
+
+class QuotaInputError(Exception):
+    """Input a quota cannot be built from; `field` names what is wrong."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+@dataclass(frozen=True)
+class QuotaSpec:
+    gpu_model: str
+    nominal: int = 0
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+# --- selectors --------------------------------------------------------------------------------
+
+
+def pools_visible_to(org: Organization):
+    """Operators see every pool; others the pools they own or whose quota nodes name them."""
+    pools = Pool.objects.all()
+    if org.is_operator:
+        return pools
+    return pools.filter(Q(owner=org) | Q(quota_nodes__organization=org)).distinct()
+
+
+def _core_node(row: QuotaNode, quotas: Iterable[Quota]) -> core.QuotaNode:
+    return core.QuotaNode(
+        name=row.name,
+        parent=row.parent.name if row.parent_id else None,
+        cohort=row.cohort or None,
+        quotas={q.gpu_model.name: core.ModelQuota(q.nominal, q.borrowing_limit, q.lending_limit)
+                for q in quotas},
+        preempt_within_queue=row.preempt_within_queue)
+
+
+def quota_nodes_of(pool: Pool):
+    return (QuotaNode.objects.filter(pool=pool).select_related("parent", "organization")
+            .prefetch_related("quotas__gpu_model").order_by("name"))
+
+
+def quota_tree(pool: Pool) -> core.QuotaTree:
+    """The pure quota tree of a pool, from its rows."""
+    return core.QuotaTree(_core_node(row, row.quotas.all()) for row in quota_nodes_of(pool))
+
+
+def usage_of_pool(pool: Pool, leases: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    """Usage (queue → model → GPUs) from plain `(queue, model, gpus)` of the pool's active
+    leases, as the market passes them; queues not in the pool's tree are left out."""
+    names = set(QuotaNode.objects.filter(pool=pool).values_list("name", flat=True))
+    return core.usage_of(core.RunningLease(id=str(i), queue=q, model=m, gpus=g)
+                         for i, (q, m, g) in enumerate(leases) if q in names)
+
+
+def available_if_idle(tree: core.QuotaTree, name: str, model: str) -> int:
+    """What `available_to` answers for a node while nothing runs."""
+    return core.available_to(tree, name, model, {})
+
+
+def pool_capacity(pool: Pool) -> list[dict]:
+    """Per GPU model: GPUs on the pool's live nodes, and how many are bound to leases now."""
+    gpus: dict[str, int] = {}
+    for name in (Gpu.objects.filter(node__pools=pool).exclude(node__state=Node.State.RETIRED)
+                 .values_list("gpu_model__name", flat=True)):
+        gpus[name] = gpus.get(name, 0) + 1
+    bound: dict[str, int] = {}
+    for name, indexes in (Binding.objects.filter(node__pools=pool, serve=True,
+                                                 stopped_at__isnull=True)
+                          .values_list("node__gpu_model__name", "gpu_indexes")):
+        bound[name] = bound.get(name, 0) + (len(indexes) if isinstance(indexes, list) else 0)
+    return [{"gpu_model": m, "gpus": gpus.get(m, 0), "bound": bound.get(m, 0)}
+            for m in sorted(set(gpus) | set(bound))]
+
+
+# --- services -------------------------------------------------------------------------------
+
+
+def _check_numbers(spec: QuotaSpec, where: str) -> None:
+    for name in ("nominal", "borrowing_limit", "lending_limit"):
+        value = getattr(spec, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):
+            raise QuotaInputError(where + name, f"{name} must be a non-negative whole number")
+    if spec.lending_limit is not None and spec.lending_limit > spec.nominal:
+        raise QuotaInputError(where + "lending_limit",
+                              f"lending_limit {spec.lending_limit} is above nominal {spec.nominal}")
+
+
+def _check_tree(pool: Pool, replaced: core.QuotaNode) -> None:
+    rows = [_core_node(r, r.quotas.all()) for r in quota_nodes_of(pool) if r.name != replaced.name]
+    try:
+        core.QuotaTree([*rows, replaced])
+    except core.QuotaError as exc:
+        field = "cohort" if replaced.cohort else "parent"
+        raise QuotaInputError(field, str(exc)) from None
+
+
+@transaction.atomic
+def define_quota_node(*, pool: Pool, name: str, parent: str | None = None, cohort: str = "",
+                      organization: Organization | None = None,
+                      preempt_within_queue: bool = False,
+                      quotas: Iterable[QuotaSpec] = ()) -> QuotaNode:
+    """Create or replace the quota node `name` of `pool` with exactly these quotas."""
+    quotas = list(quotas)
+    Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one tree change at a time
+    if parent and cohort:
+        raise QuotaInputError("cohort", "a quota node names a parent or a cohort, not both")
+    parent_row = None
+    if parent:
+        parent_row = QuotaNode.objects.filter(pool=pool, name=parent).first()
+        if parent_row is None:
+            raise QuotaInputError("parent", f"pool {pool.name} has no quota node {parent!r}")
+    models = {m.name: m for m in GpuModel.objects.filter(name__in=[q.gpu_model for q in quotas])}
+    seen = set()
+    for position, spec in enumerate(quotas):
+        where = f"quotas.{position}."
+        if spec.gpu_model not in models:
+            raise QuotaInputError(where + "gpu_model", f"unknown GPU model {spec.gpu_model!r}")
+        if spec.gpu_model in seen:
+            raise QuotaInputError(where + "gpu_model", f"{spec.gpu_model} is named twice")
+        seen.add(spec.gpu_model)
+        _check_numbers(spec, where)
+    _check_tree(pool, core.QuotaNode(
+        name=name, parent=parent or None, cohort=cohort or None,
+        quotas={q.gpu_model: core.ModelQuota(q.nominal, q.borrowing_limit, q.lending_limit)
+                for q in quotas}))
+    node, _ = QuotaNode.objects.update_or_create(
+        pool=pool, name=name,
+        defaults={"parent": parent_row, "cohort": cohort or "", "organization": organization,
+                  "preempt_within_queue": preempt_within_queue})
+    node.quotas.all().delete()
+    Quota.objects.bulk_create(
+        Quota(node=node, gpu_model=models[q.gpu_model], nominal=q.nominal,
+              borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit) for q in quotas)
+    return node
+
+
+@transaction.atomic
+def set_quota(*, node: QuotaNode, gpu_model: str, nominal: int,
+              borrowing_limit: int | None = None, lending_limit: int | None = None) -> Quota:
+    """Create or change one node's quota of one GPU model."""
+    spec = QuotaSpec(gpu_model, nominal, borrowing_limit, lending_limit)
+    model = GpuModel.objects.filter(name=gpu_model).first()
+    if model is None:
+        raise QuotaInputError("gpu_model", f"unknown GPU model {gpu_model!r}")
+    _check_numbers(spec, "")
+    quota, _ = Quota.objects.update_or_create(
+        node=node, gpu_model=model,
+        defaults={"nominal": nominal, "borrowing_limit": borrowing_limit,
+                  "lending_limit": lending_limit})
+    return quota
+
+
+def quota_view(pool: Pool) -> list[dict]:
+    """Each quota node of a pool with its quotas and what each would get while all is idle."""
+    rows = list(quota_nodes_of(pool))
+    tree = core.QuotaTree(_core_node(r, r.quotas.all()) for r in rows)
+    return [{
+        "id": r.id, "pool": pool.name, "name": r.name,
+        "parent": r.parent.name if r.parent_id else None, "cohort": r.cohort,
+        "organization": r.organization.slug if r.organization_id else None,
+        "preempt_within_queue": r.preempt_within_queue, "is_queue": tree.is_queue(r.name),
+        "quotas": [{"gpu_model": q.gpu_model.name, "nominal": q.nominal,
+                    "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit,
+                    "available_if_idle": available_if_idle(tree, r.name, q.gpu_model.name)}
+                   for q in r.quotas.all()],
+    } for r in rows]
