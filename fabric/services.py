@@ -25,6 +25,7 @@ from ibex.db import analyze_after_bulk_load
 
 FORMATS = ("ibnetdiscover", "slurm")
 BATCH = 5000
+MAX_HOSTS_PER_FABRIC = 200_000
 
 
 class FabricImportError(Exception):
@@ -63,6 +64,9 @@ def _decimal(rate: float | None) -> Decimal | None:
 def save_fabric(*, owner: Organization, name: str, spec: FabricSpec, source: str) -> ImportResult:
     if not spec.hcas:
         raise FabricImportError(f"{spec.source or name}: the fabric has no hosts")
+    if len(spec.hosts) > MAX_HOSTS_PER_FABRIC:
+        raise FabricImportError(f"{spec.source or name}: {len(spec.hosts)} hosts, more than the "
+                                f"{MAX_HOSTS_PER_FABRIC} a fabric may have")
     levels = analyse(spec)
     summary = summarise(spec)
     rates = Counter(link.rate_gbps for link in spec.links if link.rate_gbps)

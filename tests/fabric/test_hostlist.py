@@ -93,3 +93,10 @@ def test_expand_inverts_compress(names):
     expanded = expand_hostlist(compress_hostlist(names))
     assert sorted(expanded) == sorted(set(names))
     assert len(expanded) == len(set(expanded))
+
+
+def test_a_few_bytes_cannot_ask_for_millions_of_hosts():
+    with pytest.raises(HostlistError, match="too large"):
+        expand_hostlist("n[1-4999999]")
+    with pytest.raises(HostlistError, match="too many names"):
+        expand_hostlist("a[1-1000]-b[1-1000]")

@@ -173,3 +173,29 @@ def test_generate_fabric_saves_dragonflies_and_tori(provider, kind, args, nodes)
     if nodes is not None:
         assert Host.objects.filter(fabric=fabric).count() == nodes
     assert Host.objects.filter(fabric=fabric).exists()
+
+
+def test_a_topology_conf_asking_for_millions_of_hosts_is_refused_with_its_line(provider,
+                                                                               tmp_path):
+    huge = tmp_path / "huge.conf"
+    huge.write_text("# harmless\nSwitchName=s1 Nodes=n[1-4999999]\n")
+
+    with pytest.raises(CommandError) as error:
+        call_command("import_fabric", str(huge), "--format", "slurm", "--name", "huge",
+                     "--owner", provider.slug)
+
+    assert str(error.value).startswith(f"{huge}:2:")
+    assert "too large" in str(error.value)
+    assert Fabric.objects.count() == 0
+
+
+def test_a_fabric_with_more_hosts_than_allowed_is_refused_whole(provider, monkeypatch):
+    from fabric import generators, services
+
+    monkeypatch.setattr(services, "MAX_HOSTS_PER_FABRIC", 10)
+
+    with pytest.raises(services.FabricImportError, match="16 hosts, more than the 10"):
+        services.save_fabric(owner=provider, name="big", spec=generators.fat_tree(16, 8),
+                             source="generator")
+
+    assert Fabric.objects.count() == 0
