@@ -21,6 +21,7 @@ in *where* they put jobs, and through that in what fits later.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 
@@ -29,7 +30,9 @@ from scheduler.simulate.state import Allocation, ClusterState, SharedSlot
 from scheduler.simulate.workload import WHOLE, Job
 
 
-class Policy:
+class Policy(ABC):
+    """A placement policy: whole GPUs, a share of one GPU, or a job that needs no GPU."""
+
     name = ""
 
     def place(self, state: ClusterState, job: Job) -> Allocation | None:
@@ -39,14 +42,14 @@ class Policy:
             return self.place_share(state, job)
         return self.place_whole(state, job)
 
-    def place_whole(self, state: ClusterState, job: Job) -> Allocation | None:
-        raise NotImplementedError
+    @abstractmethod
+    def place_whole(self, state: ClusterState, job: Job) -> Allocation | None: ...
 
-    def place_share(self, state: ClusterState, job: Job) -> Allocation | None:
-        raise NotImplementedError
+    @abstractmethod
+    def place_share(self, state: ClusterState, job: Job) -> Allocation | None: ...
 
-    def place_host_only(self, state: ClusterState, job: Job) -> Allocation | None:
-        raise NotImplementedError
+    @abstractmethod
+    def place_host_only(self, state: ClusterState, job: Job) -> Allocation | None: ...
 
 
 def gather(state: ClusterState, job: Job, names: Sequence[str]) -> Allocation | None:
