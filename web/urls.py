@@ -6,6 +6,7 @@ from web import (
     views_billing,
     views_lease,
     views_market,
+    views_ops,
     views_provider,
     views_tenant,
 )
@@ -34,4 +35,7 @@ urlpatterns = [
     path("app/keys/<int:key_id>/revoke/", views_tenant.revoke_key, name="revoke-key"),
     path("provider/", views_provider.fleet, name="provider"),
     path("provider/prices/", views_provider.set_price, name="set-price"),
+    path("provider/earnings/", views_provider.earnings, name="earnings"),
+    path("ops/", views_ops.dashboard, name="ops"),
+    path("ops/health/", views_ops.health, name="ops-health"),
 ]
