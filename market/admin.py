@@ -302,6 +302,7 @@ class ClearingAdmin(ReadOnlyAdmin):
     list_display = ["gpu_model", "interval_start", "cleared_at", "price", "gpus_sold", "won",
                     "refused_bids"]
     list_filter = ["gpu_model", "interval_start"]
+    search_fields = ["gpu_model"]
     date_hierarchy = "interval_start"
 
     @admin.display(description="price / GPU-h (USD)", ordering="price_micros")
