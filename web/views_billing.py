@@ -1,13 +1,14 @@
 """The tenant's money: balances, the ledger, monthly invoices and card top-ups.
 
 A top-up's PaymentIntent is made by a Celery task after the request commits, so the page polls
-its status every second until the client secret is there. Stripe.js is not loaded (no CDN):
+its status every second until the client secret is there (at most `POLL_TRIES` times). Stripe.js is not loaded (no CDN):
 the page says the payment is ready to confirm and shows the PaymentIntent id."""
 
 import uuid
 
 from django import forms
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
@@ -21,6 +22,7 @@ from web.orgs import tenant_required
 
 ENTRIES = 25
 TOP_UPS = 5
+POLL_TRIES = 30  # a second apart: then the page stops asking and says so
 
 
 class TopUpForm(forms.Form):
@@ -29,9 +31,10 @@ class TopUpForm(forms.Form):
     idempotency_key = forms.CharField(widget=forms.HiddenInput, required=False, max_length=100)
 
 
-def _account_context(org) -> dict:
-    entries = (Entry.objects.filter(account__organization=org)
-               .select_related("transaction", "account").order_by("-id")[:ENTRIES])
+def _account_context(org, query=None) -> dict:
+    entries = Paginator(Entry.objects.filter(account__organization=org)
+                        .select_related("transaction", "account").order_by("-id"),
+                        ENTRIES).get_page((query or {}).get("entries"))
     return {"org": org, "balances": balances_of(org), "entries": entries,
             "months": invoices.months_with_activity(organization=org),
             "top_ups": TopUp.objects.filter(tenant=org).order_by("-created_at")[:TOP_UPS]}
@@ -61,7 +64,7 @@ def account(request):
             request.session.pop("top_up", None)
     if form.is_bound and not form.errors:
         form = TopUpForm(initial={"idempotency_key": uuid.uuid4().hex})
-    return render(request, "web/account.html", {**_account_context(org), "form": form,
+    return render(request, "web/account.html", {**_account_context(org, request.GET), "form": form,
                                                  "top_up": current},
                   status=400 if form.errors else 200)
 
@@ -70,7 +73,12 @@ def account(request):
 @tenant_required
 def top_up_status(request, top_up_id: int):
     top_up = get_object_or_404(TopUp, pk=top_up_id, tenant=request.organization)
-    return render(request, "web/partials/top_up.html", {"top_up": top_up})
+    try:
+        tries = max(0, int(request.GET.get("try", "0")))
+    except ValueError:
+        tries = 0
+    return render(request, "web/partials/top_up.html", {
+        "top_up": top_up, "next_try": tries + 1, "gave_up": tries >= POLL_TRIES})
 
 
 @require_GET

@@ -35,7 +35,7 @@ def test_a_top_up_polls_until_its_payment_is_ready_to_confirm(tenant_web, tenant
     assert top_up.amount_micros == 250_000_000 and top_up.state == "created"
     page = tenant_web.get("/app/account/").content.decode()
     status_url = f"/app/account/top-ups/{top_up.pk}/"
-    assert f'hx-get="{status_url}"' in page and 'hx-trigger="every 1s"' in page
+    assert f'hx-get="{status_url}?try=1"' in page and 'hx-trigger="every 1s"' in page
     assert "asking Stripe for a payment" in page
 
     money.record_payment_intent(top_up=top_up, payment_intent_id="pi_test_123",
@@ -72,3 +72,31 @@ def test_another_tenants_top_up_is_not_found(client, tenant_web, tenant):
     client.force_login(person("rita-rival", rival))
 
     assert client.get(f"/app/account/top-ups/{top_up.pk}/").status_code == 404
+
+
+def test_the_top_up_poll_gives_up_after_thirty_tries_and_says_so(tenant_web, tenant):
+    from web.views_billing import POLL_TRIES
+
+    top_up = money.create_top_up(tenant=tenant, amount_micros=50_000_000)
+    status_url = f"/app/account/top-ups/{top_up.pk}/"
+
+    still = tenant_web.get(f"{status_url}?try={POLL_TRIES - 1}").content.decode()
+    last = tenant_web.get(f"{status_url}?try={POLL_TRIES}").content.decode()
+
+    assert f'hx-get="{status_url}?try={POLL_TRIES}"' in still
+    assert "hx-trigger" not in last and "Stripe has not answered yet" in last
+    assert tenant_web.get(f"{status_url}?try=junk").status_code == 200
+
+
+def test_the_ledger_is_paged_newest_first(tenant_web, tenant):
+    from tests.factories import fund
+
+    for i in range(30):
+        fund(tenant, "1.00", reason=f"grant number {i}")
+
+    first = tenant_web.get("/app/account/").content.decode()
+    second = tenant_web.get("/app/account/?entries=2").content.decode()
+
+    assert first.count("grant number") == 25 and "grant number 29" in first
+    assert second.count("grant number") == 5 and "test funds" in second  # the oldest
+    assert 'href="?entries=2#ledger-card" rel="next"' in first

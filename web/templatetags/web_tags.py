@@ -35,3 +35,11 @@ def badge(state):
 @register.filter
 def label(value) -> str:
     return str(value).replace("_", " ")
+
+
+@register.simple_tag(takes_context=True)
+def page_query(context, param: str, number: int) -> str:
+    """The current query string with `param` set to `number` (other lists keep their page)."""
+    query = context["request"].GET.copy()
+    query[param] = number
+    return "?" + query.urlencode()
