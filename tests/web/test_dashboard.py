@@ -111,7 +111,7 @@ def test_leases_and_orders_are_paged_and_the_poll_keeps_the_page(tenant_web, ten
     from django.utils import timezone
 
     now = timezone.now()
-    for i in range(27):
+    for _ in range(27):
         Lease.objects.create(tenant=tenant, tier="on_demand", gpu_model="H100-80GB",
                              gpu_count=1, price_micros=1, max_price_micros=1,
                              starts_at=now, ends_at=now + timedelta(hours=1), state="completed")
