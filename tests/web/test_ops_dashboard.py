@@ -7,20 +7,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from ibex.accounts import services as accounts
 from market.models import Clearing, Lease
 from market.orders import OrderRequest, place_order
 from scheduler.models import SlaCredit
-from tests.web.conftest import PASSWORD, person
+from tests.web.conftest import PASSWORD
 from web import operations
 from web.operations import NodeFree, fragmentation
-
-
-@pytest.fixture
-def operator_web(client, db):
-    ops = accounts.create_organization(slug="ibex-ops", name="IBEX Ops", roles=("operator",))
-    client.force_login(person("olga-ops", ops))
-    return client
 
 
 def lease_one_node(tenant):
