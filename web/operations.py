@@ -205,7 +205,8 @@ class QueueDepth:
 
 
 def queue_names() -> list[str]:
-    names = [settings.CELERY_TASK_DEFAULT_QUEUE]
+    """The queue tasks are sent to (CELERY_QUEUE), and Celery's own default."""
+    names = [celery_app.conf.task_default_queue]
     return names if "celery" in names else [*names, "celery"]
 
 

@@ -24,9 +24,9 @@ def test_it_shows_the_month_the_balances_and_a_statement_link(provider_web, prov
 
     month = timezone.now().strftime("%Y-%m")
     assert f'<tr data-month="{month}">' in page
-    assert "$15.00" in page and "$1.50" in page and "$0.675" in page
-    assert '<div class="value" id="payable">$12.825</div>' in page
-    assert '<div class="value" id="held-back">$0.675</div>' in page
+    assert "$15.00" in page and "$1.50" in page and "$0.68" in page  # to the cent
+    assert '<div class="value" id="payable">$12.82</div>' in page  # 12.825, half to even
+    assert '<div class="value" id="held-back">$0.68</div>' in page
     assert f'href="/api/v1/account/statements/{month}/?format=html" download' in page
     assert 'href="/provider/earnings/" aria-current="page">Earnings</a>' in page
 

@@ -1,6 +1,6 @@
 from django import template
 
-from market.money import to_dollars
+from market.money import divide_rounded, to_dollars
 
 register = template.Library()
 
@@ -43,3 +43,13 @@ def page_query(context, param: str, number: int) -> str:
     query = context["request"].GET.copy()
     query[param] = number
     return "?" + query.urlencode()
+
+
+@register.filter
+def cents(micros) -> str:
+    """Micro-dollars shown to the cent, half to even, as "$1,234.50" (summaries; the ledger
+    and invoices keep every micro-dollar)."""
+    if micros is None or micros == "":
+        return "—"
+    whole_cents = divide_rounded(int(micros), 10_000)
+    return dollars(whole_cents * 10_000)
