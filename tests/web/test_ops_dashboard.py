@@ -3,7 +3,6 @@ credits, queue depth and worker health."""
 
 from datetime import timedelta
 
-import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
