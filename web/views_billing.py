@@ -1,12 +1,18 @@
 """The tenant's money: balances, the ledger, monthly invoices and card top-ups.
 
 A top-up's PaymentIntent is made by a Celery task after the request commits, so the page polls
-its status every second until the client secret is there (at most `POLL_TRIES` times). Stripe.js is not loaded (no CDN):
-the page says the payment is ready to confirm and shows the PaymentIntent id."""
+its status every second until the client secret is there (at most `POLL_TRIES` times).
+
+Then, where Stripe.js is configured (settings.STRIPE_JS_URL: js.stripe.com with real keys, the
+fake Stripe's in tests), the page mounts Stripe's card element (web/top_up_card.js) and
+confirms the PaymentIntent in the browser; Stripe's webhook credits the balance and the page
+polls until it has. Without Stripe.js (offline) nothing is loaded from outside: the page shows
+the PaymentIntent to confirm elsewhere."""
 
 import uuid
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404
@@ -29,6 +35,14 @@ class TopUpForm(forms.Form):
     amount = forms.DecimalField(label="Amount (USD)", min_value=0, decimal_places=2,
                                 max_digits=12, help_text="Charged to a card through Stripe.")
     idempotency_key = forms.CharField(widget=forms.HiddenInput, required=False, max_length=100)
+
+
+def _stripe_js() -> dict:
+    """Where the card element comes from; empty where Stripe.js is not configured."""
+    if settings.STRIPE_JS_URL and settings.STRIPE_PUBLISHABLE_KEY:
+        return {"stripe_js_url": settings.STRIPE_JS_URL,
+                "publishable_key": settings.STRIPE_PUBLISHABLE_KEY}
+    return {"stripe_js_url": "", "publishable_key": ""}
 
 
 def _account_context(org, query=None) -> dict:
@@ -65,7 +79,7 @@ def account(request):
     if form.is_bound and not form.errors:
         form = TopUpForm(initial={"idempotency_key": uuid.uuid4().hex})
     return render(request, "web/account.html", {**_account_context(org, request.GET), "form": form,
-                                                 "top_up": current},
+                                                 "top_up": current, **_stripe_js()},
                   status=400 if form.errors else 200)
 
 
@@ -78,7 +92,9 @@ def top_up_status(request, top_up_id: int):
     except ValueError:
         tries = 0
     return render(request, "web/partials/top_up.html", {
-        "top_up": top_up, "next_try": tries + 1, "gave_up": tries >= POLL_TRIES})
+        "top_up": top_up, "next_try": tries + 1, "gave_up": tries >= POLL_TRIES,
+        "confirmed": request.GET.get("confirmed") == "1",
+        "balances": balances_of(request.organization), **_stripe_js()})
 
 
 @require_GET

@@ -1,3 +1,5 @@
+import re
+
 from market import services as money
 from market.invoices import months_with_activity
 from market.models import TopUp
@@ -100,3 +102,47 @@ def test_the_ledger_is_paged_newest_first(tenant_web, tenant):
     assert first.count("grant number") == 25 and "grant number 29" in first
     assert second.count("grant number") == 5 and "test funds" in second  # the oldest
     assert 'href="?entries=2#ledger-card" rel="next"' in first
+
+
+def test_with_stripe_js_configured_the_page_mounts_the_card_element(tenant_web, tenant,
+                                                                    settings):
+    settings.STRIPE_PUBLISHABLE_KEY = "pk_test_ibex"
+    settings.STRIPE_JS_URL = "https://js.stripe.com/v3/"
+    tenant_web.post("/app/account/", {"amount": "250.00", "idempotency_key": "t-9"})
+    top_up = TopUp.objects.get(tenant=tenant)
+    money.record_payment_intent(top_up=top_up, payment_intent_id="pi_test_9",
+                                client_secret="pi_test_9_secret_abc")
+
+    page = tenant_web.get("/app/account/").content.decode()
+
+    assert '<script src="https://js.stripe.com/v3/" defer></script>' in page
+    assert '<script src="/static/web/top_up_card.js" defer></script>' in page
+    assert 'data-publishable-key="pk_test_ibex"' in page
+    assert 'data-client-secret="pi_test_9_secret_abc"' in page
+    assert ">Pay $250.00</button>" in page
+
+
+def test_without_stripe_keys_the_page_loads_nothing_from_outside(tenant_web, settings):
+    settings.STRIPE_PUBLISHABLE_KEY = ""
+    settings.STRIPE_JS_URL = ""
+
+    page = tenant_web.get("/app/account/").content.decode()
+
+    assert "js.stripe.com" not in page
+    assert not [src for src in re.findall(r'<script src="([^"]+)"', page)
+                if not src.startswith("/static/")]
+
+
+def test_after_the_card_is_accepted_the_page_polls_until_the_webhook_credits(tenant_web,
+                                                                            tenant):
+    top_up = money.create_top_up(tenant=tenant, amount_micros=50_000_000)
+    money.record_payment_intent(top_up=top_up, payment_intent_id="pi_test_7",
+                                client_secret="pi_test_7_secret_abc")
+    status_url = f"/app/account/top-ups/{top_up.pk}/"
+
+    waiting = tenant_web.get(f"{status_url}?confirmed=1").content.decode()
+    money.top_up_succeeded(top_up_id=top_up.pk, payment_intent_id="pi_test_7")
+    paid = tenant_web.get(f"{status_url}?confirmed=1", HTTP_HX_REQUEST="true").content.decode()
+
+    assert f'hx-get="{status_url}?confirmed=1&amp;try=1"' in waiting
+    assert "paid" in paid and 'id="balance-available" hx-swap-oob="true">$1,050.00' in paid
