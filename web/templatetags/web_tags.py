@@ -17,7 +17,7 @@ def dollars(micros) -> str:
 
 
 BADGES = {
-    "filled": "ok", "active": "ok", "verified": "ok", "reachable": "ok", "completed": "muted",
+    "filled": "ok", "succeeded": "ok", "paid": "ok", "active": "ok", "verified": "ok", "reachable": "ok", "completed": "muted",
     "resting": "wait", "open": "wait", "pending": "wait", "placing": "wait", "registering": "wait",
     "preempting": "warn", "draining": "warn", "degraded": "warn",
     "refused": "bad", "failed": "bad", "preempted": "bad", "suspended": "bad",
