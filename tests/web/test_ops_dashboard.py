@@ -121,3 +121,17 @@ def test_a_running_worker_answers_the_ping_and_the_answer_is_cached(celery_worke
     assert found.healthy and any(name.startswith("test-") for name in found.names)
     assert cached.checked_at == found.checked_at  # no second broadcast
 
+
+
+def test_the_dashboard_costs_a_fixed_number_of_queries(operator_web, tenant, provider,
+                                                       django_assert_max_num_queries):
+    from django.core.cache import cache
+
+    lease_one_node(tenant)
+    cache.set(operations.WORKERS_CACHE_KEY, {"names": ["w@host"], "checked_at": 0.0,
+                                             "error": ""}, 30)
+    operator_web.get("/ops/")  # warm: sessions, the GPU catalogue
+
+    with django_assert_max_num_queries(16):
+        operator_web.get("/ops/")
+    cache.delete(operations.WORKERS_CACHE_KEY)
