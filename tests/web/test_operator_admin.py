@@ -81,3 +81,16 @@ def test_operator_lists_search_and_filter(operator_admin, tenant, provider, path
 
     assert response.status_code == 200
     assert 'id="changelist-search"' in response.content.decode()
+
+
+def test_the_node_list_shows_leaf_gpus_and_unhealthy_gpus(operator_admin, provider):
+    node = Node.objects.filter(provider=provider).order_by("hostname").first()
+    gpu = node.gpus.order_by("index").first()
+    gpu.health = "failed"
+    gpu.save(update_fields=["health"])
+
+    page = operator_admin.get("/admin/pool/node/", {"q": node.hostname}).content.decode()
+
+    assert '<td class="field-gpus">8</td>' in page
+    assert '<td class="field-gpus_unhealthy">1</td>' in page
+    assert f'<td class="field-leaf">{node.host.leaf}</td>' in page
