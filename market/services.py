@@ -459,7 +459,8 @@ def cancel_lease_with_refund(*, lease_id: int, actor: str, reason: str) -> Lease
     The refund reverses the usage split: each provider gives back its payable share and
     hold-back (as far as its balances still hold them: a paid-out share is not clawed back),
     the platform its fee, and the platform's SLA credits account covers the rest. Refunding a
-    lease twice refunds nothing more (checked under the lease's row lock)."""
+    lease twice refunds nothing more (checked under the lease's row lock). The last partial
+    minute, metered after the end, is billed as usual and not part of the refund."""
     from market import leasing  # leasing imports this module
     from market.models import Lease
 

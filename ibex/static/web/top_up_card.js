@@ -44,7 +44,12 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    window.htmx.onLoad(mount);
-  });
+  // a card form swapped in by the status poll, and one already on the page when it loads
+  // (mounting twice is a no-op)
+  if (window.htmx) { window.htmx.onLoad(mount); }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { mount(document.body); });
+  } else {
+    mount(document.body);
+  }
 })();
