@@ -88,6 +88,8 @@ def test_a_provider_reads_its_earnings_and_payouts(page, screenshot):
     expect(page.locator("#statements").get_by_role("link", name=re.compile("Download"))
            ).to_be_visible()
     screenshot(page, "provider-earnings", full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})  # and on a phone
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
 
 def test_a_tenant_registers_a_webhook_and_sees_its_secret_once(page, screenshot):
@@ -106,6 +108,8 @@ def test_a_tenant_registers_a_webhook_and_sees_its_secret_once(page, screenshot)
     expect(page.locator("#endpoints tbody tr")).to_have_count(2)
     expect(page.locator("#deliveries")).to_contain_text("HTTP 503")
     screenshot(page, "webhooks", full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})  # and on a phone
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
     page.reload()
     expect(page.locator("#raw-secret")).to_have_count(0)
 

@@ -97,6 +97,8 @@ def test_a_tenant_pays_by_card_and_the_balance_rises(page, screenshot, celery_wo
 
     # a real worker asks (the fake) Stripe for the PaymentIntent; the page then mounts the card
     expect(page.get_by_label("Card number")).to_be_visible(timeout=30_000)
+    page.reload()  # a page that loads with the card form mounts it too
+    expect(page.get_by_label("Card number")).to_have_count(1)
     page.get_by_label("Card number").fill("4242 4242 4242 4242")
     page.get_by_label("Expiry date (MM / YY)").fill("12 / 34")
     page.get_by_label("Security code (CVC)").fill("123")
