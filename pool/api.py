@@ -391,8 +391,19 @@ class QuotaSerializer(serializers.Serializer):
     borrowing_limit = serializers.IntegerField(allow_null=True)
     lending_limit = serializers.IntegerField(allow_null=True)
     available_if_idle = serializers.IntegerField(
-        help_text="what the node may take while nothing runs in the pool (usage per queue "
-                  "comes from the market's leases)")
+        help_text="what the node may take while nothing runs in the pool")
+    used = serializers.IntegerField(help_text="GPUs its leases (or its queues') hold now")
+    borrowed = serializers.IntegerField(help_text="GPUs a queue uses beyond its nominal")
+    lent = serializers.IntegerField(help_text="GPUs of its idle nominal others use now")
+    available_now = serializers.IntegerField(help_text="how many more it may take now")
+
+
+class WaitingOrderSerializer(serializers.Serializer):
+    order = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    priority = serializers.IntegerField()
+    position = serializers.IntegerField(allow_null=True, help_text="1 = next in the pool")
+    reason = serializers.CharField(allow_blank=True)
 
 
 class QuotaNodeSerializer(serializers.Serializer):
@@ -403,8 +414,10 @@ class QuotaNodeSerializer(serializers.Serializer):
     cohort = serializers.CharField(allow_blank=True)
     organization = serializers.CharField(allow_null=True)
     preempt_within_queue = serializers.BooleanField()
+    shape_nodes = serializers.IntegerField(allow_null=True)
     is_queue = serializers.BooleanField()
     quotas = QuotaSerializer(many=True)
+    waiting = WaitingOrderSerializer(many=True)
 
 
 class QuotaInputSerializer(StrictSerializer):
@@ -424,6 +437,9 @@ class QuotaNodeCreateSerializer(StrictSerializer):
     organization = serializers.SlugField(max_length=64, required=False, allow_null=True,
                                          default=None, help_text="whose orders count against it")
     preempt_within_queue = serializers.BooleanField(required=False, default=False)
+    shape_nodes = serializers.IntegerField(
+        min_value=1, max_value=10_000, required=False, allow_null=True, default=None,
+        help_text="a guaranteed shape: this many whole nodes inside one leaf")
     quotas = QuotaInputSerializer(many=True, required=False, default=list, max_length=64)
 
 
@@ -454,7 +470,7 @@ class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             raise serializers.ValidationError({"pool": ["Name the pool: ?pool=NAME."]})
         pool = self._pool(name)
         try:
-            return Response(quotas.quota_view(pool))
+            return Response(quotas.quota_view(pool, organization_of(request)))
         except core.QuotaError as exc:  # rows changed outside the services (the admin)
             raise ApiError(f"the quota tree of pool {pool.name} is inconsistent: {exc}",
                            code="inconsistent_quotas", status_code=409) from None
@@ -480,7 +496,7 @@ class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             node = quotas.define_quota_node(
                 pool=pool, name=data["name"], parent=data["parent"], cohort=data["cohort"],
                 organization=organization, preempt_within_queue=data["preempt_within_queue"],
-                quotas=[quotas.QuotaSpec(**q) for q in data["quotas"]])
+                shape_nodes=data["shape_nodes"], quotas=[quotas.QuotaSpec(**q) for q in data["quotas"]])
         except quotas.QuotaInputError as exc:
             raise serializers.ValidationError({exc.field: [exc.message]}) from None
         view = next(v for v in quotas.quota_view(pool) if v["id"] == node.id)
