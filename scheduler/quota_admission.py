@@ -180,7 +180,7 @@ def admit_pool(*, pool_id: int, now: datetime | None = None) -> PassReport:
         leases = list(pool_orders.pool_leases(pool).order_by("pk"))
         running = running_of(leases)
         usage = core.usage_of(running)
-        queued = {str(o.pk): o for o in Order.objects.select_for_update(skip_locked=True)
+        queued = {str(o.pk): o for o in Order.objects.select_for_update(skip_locked=True, of=("self",))
                   .filter(pool=pool, state=OS.QUEUED).select_related("quota_node", "tenant")}
         if queued:
             _admit_and_place(pool, tree, usage, running, leases, queued, now, report)
