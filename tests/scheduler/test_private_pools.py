@@ -2,6 +2,7 @@
 departments borrows, is refused beyond its limits, reclaims exactly what it needs, preempts
 by priority inside a queue, keeps a shaped guarantee placeable, and accounts GPU-hours."""
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -231,3 +232,43 @@ def test_an_ended_pool_lease_is_accounted_in_gpu_hours_through_the_ledger(campus
     assert 7_990_000 <= used <= 8_010_000  # 8 GPUs for one hour, in micro-GPU-hours
     assert issued == -used
     assert ledger.balance(physics, Account.Kind.TENANT_AVAILABLE) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admission_passes_racing_on_one_pool_never_admit_beyond_the_quota():
+    """Six passes at once over 12 queued orders of 8 GPUs for a queue that may hold 32: the
+    pool's row lock makes them take turns, so exactly four are admitted."""
+    from django.db import connection
+
+    from pool.services import ensure_gpu_catalogue
+
+    ensure_gpu_catalogue()
+    lab = make_org("racing-lab", "tenant")
+    pool = private_pool(nodes=8)  # 64 GPUs
+    queue(pool, "lab", lab, nominal=32)
+    queued = [order(lab, pool, 8) for _ in range(12)]
+    barrier = threading.Barrier(6)
+    failures = []
+
+    def admit_once():
+        barrier.wait()
+        try:
+            admit(pool)
+        except Exception as exc:  # any failure fails the test below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=admit_once) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert failures == []
+    states_now = list(Order.objects.filter(pk__in=[o.pk for o in queued])
+                      .values_list("state", flat=True))
+    assert states_now.count("filled") == 4 and states_now.count("queued") == 8
+    assert Lease.objects.filter(quota_node__name="lab").count() == 4
+    gpu_ids = list(Allocation.objects.values_list("gpu_id", flat=True))
+    assert len(gpu_ids) == len(set(gpu_ids)) == 32
