@@ -12,8 +12,9 @@ within their nominal first, borrowers by dominant share) decides which waiting j
 start, and the placement policy places them on the cluster; an admitted job that does not
 fit yet waits for the next instant. Nothing is preempted (the trace's jobs run to the end).
 `--no-borrowing` sets every borrowing limit to 0: each tenant is held to its nominal.
-Only the first `ADMISSION_WINDOW` waiting jobs of each tenant are offered at each instant,
-which bounds the work per event.
+At each instant each tenant offers its first `ADMISSION_WINDOW` waiting jobs that fit its
+quota at that moment (the others could not be admitted in that pass anyway), which bounds the
+work per event.
 """
 
 from __future__ import annotations
@@ -189,10 +190,26 @@ class QuotaReplay:
                                  self.model_of[job.position], {})
 
     def admit(self, now: float) -> None:
+        """Offer each tenant's first waiting jobs that fit its quota now (one that does not fit
+        at the start of a pass cannot fit later in it: usage only grows), up to
+        `ADMISSION_WINDOW` per tenant; nothing when no GPU is free."""
+        if self.state.free_whole() == 0:
+            return
         offered = {}
-        for jobs in self.waiting.values():
-            for job in jobs[:ADMISSION_WINDOW]:
-                offered[str(job.position)] = job
+        for tenant, jobs in self.waiting.items():
+            if not jobs:
+                continue
+            room: dict[str, int] = {}
+            taken = 0
+            for job in jobs:
+                model = self.model_of[job.position]
+                if model not in room:
+                    room[model] = core.available_to(self.tree, tenant, model, self.usage)
+                if job.gpus <= room[model]:
+                    offered[str(job.position)] = job
+                    taken += 1
+                    if taken == ADMISSION_WINDOW:
+                        break
         if not offered:
             return
         workloads = [core.Workload(id=key, queue=job.tenant or "default",
