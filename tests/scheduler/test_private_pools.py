@@ -272,3 +272,14 @@ def test_admission_passes_racing_on_one_pool_never_admit_beyond_the_quota():
     assert Lease.objects.filter(quota_node__name="lab").count() == 4
     gpu_ids = list(Allocation.objects.values_list("gpu_id", flat=True))
     assert len(gpu_ids) == len(set(gpu_ids)) == 32
+
+
+def test_a_queued_pool_order_can_be_cancelled_and_is_never_admitted(campus, physics):
+    waiting = order(physics, campus, 32)  # more than physics may ever hold: 8 + 16
+    admit(campus)
+
+    answer = client_for(physics).post(f"/api/v1/orders/{waiting.pk}/cancel/")
+    report = admit(campus)
+
+    assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
+    assert report.admitted == [] and report.waiting == {}
