@@ -228,7 +228,7 @@ def _reclaim(tree, leases, queued, waiting, now, report) -> None:
     holding = [lease for lease in leases if lease.state != Lease.State.PREEMPTING]
     running = running_of(holding)
     usage = core.usage_of(running)
-    for order_id in sorted(waiting, key=lambda i: core._queue_order(workload_of(queued[i]))):
+    for order_id in sorted(waiting, key=lambda i: core.queue_order(workload_of(queued[i]))):
         if waiting[order_id].startswith(("within quota", "its GPUs")):
             continue  # admitted by quota: waits for room, not for quota
         workload = workload_of(queued[order_id])
@@ -247,11 +247,11 @@ def _reclaim(tree, leases, queued, waiting, now, report) -> None:
         running = [r for r in running if r.id not in victims]
         usage = core.usage_of(running)
         # the reclaimed GPUs are promised to this order: count it as using them
-        usage = core._add(usage, workload.queue, workload.model, workload.gpus)
+        usage = core.with_usage(usage, workload.queue, workload.model, workload.gpus)
 
 
 def _record_waiting(queued, waiting, report) -> None:
-    order = sorted(waiting, key=lambda i: core._queue_order(workload_of(queued[i])))
+    order = sorted(waiting, key=lambda i: core.queue_order(workload_of(queued[i])))
     for position, order_id in enumerate(order, start=1):
         pool_orders.set_waiting(order_id=int(order_id), position=position,
                                 reason=waiting[order_id])

@@ -113,7 +113,7 @@ def check_in_force(*, pool: Pool, now: datetime) -> list[int]:
     for order in Order.objects.filter(pool=pool, state=Order.State.QUEUED).select_related(
             "quota_node"):
         queue, model = order.quota_node.name, order.gpu_models[0]
-        if core._get(usage, queue, model) + order.gpus <= tree.nominal(queue, model):
+        if core.used_by(usage, queue, model) + order.gpus <= tree.nominal(queue, model):
             return []  # an order that fits within its new nominal still waits
     stamped = []
     for run in open_runs:
