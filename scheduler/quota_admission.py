@@ -232,6 +232,12 @@ def _reclaim(tree, leases, queued, waiting, now, report) -> None:
         if waiting[order_id].startswith(("within quota", "its GPUs")):
             continue  # admitted by quota: waits for room, not for quota
         workload = workload_of(queued[order_id])
+        if workload.gpus <= core.available_to(tree, workload.queue, workload.model, usage):
+            # fits once the leases already under notice have ended: promised, nothing more
+            waiting[order_id] = ("fits its quota once leases under preemption notice have "
+                                 "ended")
+            usage = core.with_usage(usage, workload.queue, workload.model, workload.gpus)
+            continue
         victims = core.reclaim(tree, usage, running, workload)
         if not victims:
             continue

@@ -125,8 +125,10 @@ def test_reclaim_preempts_exactly_the_newest_borrowed_leases_needed(campus, phys
     assert notice is not None and notice > timezone.now() + timedelta(
         seconds=settings.PREEMPTION_NOTICE_S - 10)
     assert wanting.state == "queued" and wanting.reason.startswith("reclaiming 8 GPUs")
-    # a second pass preempts nothing more
+    # a second pass preempts nothing more, and says what the order waits for
     assert admit(campus).preempted == []
+    wanting.refresh_from_db()
+    assert wanting.reason == "fits its quota once leases under preemption notice have ended"
     # the notice runs out, the GPUs come back, chemistry's order is admitted
     auctions.end_preempted_leases(now=timezone.now() + timedelta(
         seconds=settings.PREEMPTION_NOTICE_S + 1))
