@@ -12,9 +12,10 @@ within their nominal first, borrowers by dominant share) decides which waiting j
 start, and the placement policy places them on the cluster; an admitted job that does not
 fit yet waits for the next instant. Nothing is preempted (the trace's jobs run to the end).
 `--no-borrowing` sets every borrowing limit to 0: each tenant is held to its nominal.
-At each instant each tenant offers its first `ADMISSION_WINDOW` waiting jobs that fit its
-quota at that moment (the others could not be admitted in that pass anyway), which bounds the
-work per event.
+At each instant each tenant offers its first waiting jobs that fit its quota and the free
+GPUs at that moment (the others could not start in that pass anyway), at most
+`ADMISSION_WINDOW` of them and no more GPUs in all than are free, which bounds the work per
+event.
 """
 
 from __future__ import annotations
@@ -193,22 +194,24 @@ class QuotaReplay:
         """Offer each tenant's first waiting jobs that fit its quota now (one that does not fit
         at the start of a pass cannot fit later in it: usage only grows), up to
         `ADMISSION_WINDOW` per tenant; nothing when no GPU is free."""
-        if self.state.free_whole() == 0:
+        free = self.state.free_whole()
+        if free == 0:
             return
         offered = {}
         for tenant, jobs in self.waiting.items():
             if not jobs:
                 continue
             room: dict[str, int] = {}
-            taken = 0
+            taken = gpus = 0
             for job in jobs:
                 model = self.model_of[job.position]
                 if model not in room:
                     room[model] = core.available_to(self.tree, tenant, model, self.usage)
-                if job.gpus <= room[model]:
+                if job.gpus <= min(room[model], free):
                     offered[str(job.position)] = job
                     taken += 1
-                    if taken == ADMISSION_WINDOW:
+                    gpus += job.gpus
+                    if taken == ADMISSION_WINDOW or gpus >= free:
                         break
         if not offered:
             return
