@@ -17,7 +17,7 @@ from ibex.accounts.permissions import ReadOrProvide, organization_of
 from ibex.api.errors import ApiError
 from pool import quota as core
 from pool import quotas, services
-from pool.models import Gpu, GpuModel, Node, Pool
+from pool.models import Gpu, GpuModel, Node, Pool, TidalRun
 
 MAX_BULK_NODES = 1000
 
@@ -357,17 +357,35 @@ class PoolCapacitySerializer(serializers.Serializer):
     bound = serializers.IntegerField(help_text="of those, GPUs bound to leases now")
 
 
+class TidalRunSerializer(serializers.ModelSerializer):
+    step = serializers.CharField(source="step.name")
+    seconds_to_force = serializers.FloatField(
+        allow_null=True, help_text="from the start until the new split was in force")
+
+    class Meta:
+        model = TidalRun
+        fields = ["step", "due_at", "started_at", "in_force_at", "seconds_to_force",
+                  "gpus_to_give_way", "leases_preempted", "notice_s"]
+
+
 class PoolSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.slug")
     capacity = serializers.SerializerMethodField()
+    tidal_runs = serializers.SerializerMethodField()
 
     class Meta:
         model = Pool
-        fields = ["name", "kind", "owner", "created_at", "capacity"]
+        fields = ["name", "kind", "owner", "created_at", "capacity", "tidal_runs"]
 
     @extend_schema_field(PoolCapacitySerializer(many=True))
     def get_capacity(self, pool) -> list[dict]:
         return quotas.pool_capacity(pool)
+
+    @extend_schema_field(TidalRunSerializer(many=True))
+    def get_tidal_runs(self, pool) -> list[dict]:
+        """The pool's last ten tidal schedule steps applied, newest first."""
+        runs = TidalRun.objects.filter(step__pool=pool).select_related("step")[:10]
+        return TidalRunSerializer(runs, many=True).data
 
 
 class PoolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -10,7 +10,7 @@ from django.conf import settings
 from market import auctions
 from pool.models import Quota, TidalRun, TidalStep
 from scheduler import tasks, tidal
-from tests.factories import make_org
+from tests.factories import client_for, make_org
 from tests.scheduler.pools import H100, admit, order, private_pool, queue, run, states
 
 
@@ -73,6 +73,10 @@ def test_a_tidal_switch_gives_notice_to_exactly_what_must_give_way(shop, company
     assert serving.state == "filled"
     assert day.in_force_at == ended
     assert day.seconds_to_force == settings.PREEMPTION_NOTICE_S + 1
+    shown = client_for(company).get("/api/v1/pools/shop/").json()["tidal_runs"]
+    assert [r["step"] for r in shown] == ["day", "night"]  # newest first
+    assert (shown[0]["seconds_to_force"], shown[0]["leases_preempted"]) == (
+        settings.PREEMPTION_NOTICE_S + 1, 2)
 
 
 def test_the_beat_task_applies_a_one_off_step_once(shop, company):
