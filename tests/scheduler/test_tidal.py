@@ -90,3 +90,47 @@ def test_the_beat_task_applies_a_one_off_step_once(shop, company):
     assert len(first) == 1 and second == []
     assert TidalRun.objects.get().step.name == "sales-event"
     assert (nominal(shop, "training"), nominal(shop, "inference")) == (6, 26)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_beats_racing_apply_a_due_step_once():
+    """Four beats at once find the same due step: the unique run and the pool's row lock let
+    one apply it; the nominals move once and no lease is noticed twice."""
+    import threading
+
+    from django.db import connection
+
+    from pool.services import ensure_gpu_catalogue
+
+    ensure_gpu_catalogue()
+    company = make_org("racing-company", "tenant")
+    pool = private_pool(name="racing-shop", nodes=4)
+    queue(pool, "company")
+    queue(pool, "training", company, nominal=24, borrowing_limit=0, parent="company")
+    queue(pool, "inference", company, nominal=8, borrowing_limit=0, parent="company")
+    training = run(company, pool, 8, 8, 8, queue_name="training")
+    TidalStep.objects.create(pool=pool, name="sales-event",
+                             at=datetime.now(UTC) - timedelta(seconds=5),
+                             nominals={"training": {H100: 8}, "inference": {H100: 24}})
+    barrier = threading.Barrier(4)
+    applied, failures = [], []
+
+    def beat():
+        barrier.wait()
+        try:
+            applied.extend(tidal.apply_due_steps())
+        except Exception as exc:  # any failure fails the test below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=beat) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert failures == []
+    assert len(applied) == 1 and TidalRun.objects.count() == 1
+    assert states(training).count("preempting") == 2
+    assert nominal(pool, "inference") == 24
