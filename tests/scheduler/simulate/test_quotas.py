@@ -4,11 +4,15 @@ tenant with and without borrowing, and a bad QUOTAS.csv named by line."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from scheduler.simulate.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
 
 # 16 GPUs: 4 nodes of 4.
 CLUSTER = ("node,gpu_model,gpus,gpu_memory_mib,cpu_milli,memory_mib,leaf,spine\n"
@@ -92,3 +96,17 @@ def test_make_quotas_splits_the_gpus_by_gpu_time(inputs):
     assert lines[0] == "tenant,gpu_model,nominal,borrowing_limit,lending_limit,priority"
     # 8 each, the other 24 by GPU-time: busy 1,200 GPU-s, idle 40
     assert lines[1:] == ["busy,A100,31,,,0", "idle,A100,9,,,0"]
+
+
+def test_the_replay_under_quotas_runs_without_django(inputs):
+    code = ("import sys, runpy; sys.argv = ['x'] + sys.argv[1:]; "
+            "sys.modules['django'] = None; "  # importing Django would fail
+            "runpy.run_module('scheduler.simulate', run_name='__main__')")
+    argv = ["--cluster", str(inputs / "cluster.csv"), "--workload", str(inputs / "jobs.csv"),
+            "--policy", "best_fit", "--mode", "replay", "--quotas", str(inputs / "quotas.csv"),
+            "--out", str(inputs / "r.json")]
+    done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads((inputs / "r.json").read_text())["jobs"]["completed"] == 4
