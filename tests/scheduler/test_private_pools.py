@@ -285,3 +285,31 @@ def test_a_queued_pool_order_can_be_cancelled_and_is_never_admitted(campus, phys
 
     assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
     assert report.admitted == [] and report.waiting == {}
+
+
+def test_an_organisation_with_two_queues_must_name_one(campus, physics):
+    queue(campus, "physics-night", physics, nominal=0, parent="university")
+    body = {"gpu_models": [H100], "gpus": 8, "hours": 2, "tier": "on_demand",
+            "max_price_per_gpu_hour": "0.00", "pool": "campus"}
+    client = client_for(physics)
+
+    unnamed = client.post("/api/v1/orders/", body, format="json")
+    unknown = client.post("/api/v1/orders/", {**body, "queue": "chemistry"}, format="json")
+    named = client.post("/api/v1/orders/", {**body, "queue": "physics-night"}, format="json")
+
+    assert unnamed.status_code == 400
+    assert "queue" in str(unnamed.json()) and "physics, physics-night" in str(unnamed.json())
+    assert unknown.status_code == 400 and "queue" in str(unknown.json())
+    assert named.status_code == 201 and named.json()["queue"] == "physics-night"
+
+
+def test_another_organisation_sees_the_quotas_but_not_whose_orders_wait(campus, physics,
+                                                                         chemistry):
+    order(physics, campus, 32)
+    admit(campus)
+
+    theirs = client_for(chemistry).get("/api/v1/quotas/?pool=campus").json()
+    mine = client_for(physics).get("/api/v1/quotas/?pool=campus").json()
+
+    assert next(n for n in theirs if n["name"] == "physics")["waiting"] == []
+    assert len(next(n for n in mine if n["name"] == "physics")["waiting"]) == 1
