@@ -314,3 +314,24 @@ def test_another_organisation_sees_the_quotas_but_not_whose_orders_wait(campus, 
 
     assert next(n for n in theirs if n["name"] == "physics")["waiting"] == []
     assert len(next(n for n in mine if n["name"] == "physics")["waiting"]) == 1
+
+
+def test_gpus_of_a_private_pool_are_not_sold_on_the_market(campus):
+    from market import orders, prices
+    from market import services as money
+
+    prices.set_prices(provider=Node.objects.first().provider, scope={"fabric": "lab"},
+                      price_micros=1_000_000, actor="test")
+    buyer = make_org("market-buyer", "tenant")
+    money.grant_credit(organization=buyer, amount_micros=100_000_000, reason="t", actor="t")
+
+    def buy():
+        return orders.place_order(tenant=buyer, actor="test", request=orders.OrderRequest(
+            gpu_models=[H100], gpus=8, hours=1, tier="on_demand", max_price_micros=2_000_000))
+
+    refused = buy()
+    campus.nodes.clear()  # the same GPUs, out of the private pool
+    sold = buy()
+
+    assert refused.state == "refused"
+    assert sold.state == "filled"
