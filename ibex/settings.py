@@ -288,3 +288,9 @@ CELERY_BEAT_SCHEDULE.update({
     "sync-events": {"task": "scheduler.sync_events", "schedule": 10.0},
     "fan-out-events": {"task": "scheduler.fan_out_events", "schedule": 15.0},
 })
+
+# Private pools (issue 10): quota admission and tidal schedules.
+CELERY_BEAT_SCHEDULE.update({
+    "admit-pools": {"task": "scheduler.admit_pools", "schedule": 10.0},
+    "apply-tidal-steps": {"task": "scheduler.apply_tidal_steps", "schedule": 30.0},
+})

@@ -61,6 +61,10 @@ def change_lease_state(*, lease: Lease, to_state: str, actor: str, reason: str) 
         _unbind(locked)
         _release_from(locked, timezone.now())
         _release_hold(locked, reason=f"lease {locked.pk} {to_state}")
+        if locked.quota_node_id is not None:  # a private pool's lease: GPU-hours, not money
+            from market import pool_orders
+
+            pool_orders.record_quota_usage(lease=locked)
     return locked
 
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ibex.accounts.models import Organization
 from ibex.outbox import services as outbox
-from market import clearing, leasing
+from market import clearing, leasing, pool_orders
 from market import services as money
 from market.models import Hold, Lease, Order, OrderEvent
 from market.money import divide_rounded
@@ -28,7 +28,8 @@ from pool.services import offered_gpus
 
 OS = Order.State
 ORDER_TRANSITIONS = {
-    OS.OPEN: {OS.FILLED, OS.RESTING, OS.REFUSED, OS.CANCELLED},
+    OS.OPEN: {OS.FILLED, OS.RESTING, OS.REFUSED, OS.CANCELLED, OS.QUEUED},
+    OS.QUEUED: {OS.FILLED, OS.CANCELLED},
     OS.RESTING: {OS.FILLED, OS.CANCELLED, OS.EXPIRED},
     OS.FILLED: set(),
     OS.REFUSED: set(),
@@ -59,6 +60,9 @@ class OrderRequest:
     start_latest: datetime | None = None
     fill: str = Order.Fill.FILL_OR_KILL
     idempotency_key: str = ""
+    pool: str = ""  # a private pool: priced in quota (market.pool_orders)
+    queue: str = ""
+    priority: int = 0
 
 
 def order_ref(order: Order) -> str:
@@ -101,11 +105,20 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                                         idempotency_key=request.idempotency_key).first()
         if existing is not None:
             return existing
-    _check(request)
+    target = None
+    if request.pool:
+        target = pool_orders.resolve_target(
+            tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
+            tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
+            priority=request.priority)
+    else:
+        _check(request)
     try:
         with transaction.atomic():
             order = _create_and_hold(tenant, request, actor)
-            if order.tier == Lease.Tier.ON_DEMAND:
+            if target is not None:
+                pool_orders.queue_order(order=order, target=target, actor=actor)
+            elif order.tier == Lease.Tier.ON_DEMAND:
                 match_on_demand(order=order, actor=actor)
             else:
                 _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
@@ -125,7 +138,7 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) ->
         gpus=request.gpus, hours=request.hours, tier=request.tier,
         max_price_micros=request.max_price_micros, topology=request.topology,
         start_earliest=request.start_earliest, start_latest=request.start_latest,
-        fill=request.fill,
+        fill=request.fill, priority=request.priority,
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
     cost = max_cost_micros(request)
@@ -154,7 +167,7 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime) -> dict[tuple
     window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
         Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
     rows = (
-        offered_gpus()
+        offered_gpus().exclude(node__pools__kind="private")  # private pools are not sold
         # one filter() call: every condition on `prices` must hold for the same (current) row
         .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
                   prices__min_lease_hours__lte=order.hours) & window)
@@ -276,7 +289,7 @@ def _release(order: Order, actor: str, reason: str) -> None:
 @transaction.atomic
 def cancel_order(*, order: Order, actor: str) -> Order:
     order = Order.objects.select_for_update().get(pk=order.pk)
-    if order.state not in (OS.OPEN, OS.RESTING):
+    if order.state not in (OS.OPEN, OS.RESTING, OS.QUEUED):
         raise OrderError(f"a {order.state} order cannot be cancelled", code="invalid_state")
     _release(order, actor, "cancelled")
     return _change_state(order, OS.CANCELLED, actor, "cancelled by the tenant")

@@ -12,6 +12,8 @@ from pool.models import (
     Pool,
     Quota,
     QuotaNode,
+    TidalRun,
+    TidalStep,
 )
 
 
@@ -124,8 +126,31 @@ class QuotaInline(admin.TabularInline):
 
 @admin.register(QuotaNode)
 class QuotaNodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "pool", "parent", "cohort", "organization", "preempt_within_queue"]
+    list_display = ["name", "pool", "parent", "cohort", "organization", "preempt_within_queue",
+                    "shape_nodes"]
     list_filter = ["pool"]
     search_fields = ["name", "pool__name", "organization__slug"]
     list_select_related = ["pool", "parent", "organization"]
     inlines = [QuotaInline]
+
+
+@admin.register(TidalStep)
+class TidalStepAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "daily_at", "at"]
+    list_filter = ["pool"]
+    list_select_related = ["pool"]
+
+
+@admin.register(TidalRun)
+class TidalRunAdmin(admin.ModelAdmin):
+    """Applied steps are history: read only."""
+
+    list_display = ["step", "due_at", "started_at", "in_force_at", "gpus_to_give_way",
+                    "leases_preempted"]
+    list_select_related = ["step"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -71,3 +71,30 @@ def remediate_leases() -> dict:
     from scheduler import remediation
 
     return {str(k): v for k, v in remediation.remediate_leases().items()}
+
+
+# --- private pools: admission and tidal schedules ---------------------------------------------
+
+
+@shared_task(name="scheduler.admit_pool", acks_late=True)
+def admit_pool(pool_id: int) -> list[int]:
+    """One admission pass over a private pool (queued when an order arrives)."""
+    from scheduler import quota_admission
+
+    return quota_admission.admit_pool(pool_id=pool_id).admitted
+
+
+@shared_task(name="scheduler.admit_pools")
+def admit_pools() -> dict[str, int]:
+    """Every private pool's admission pass (beat: every 10 s)."""
+    from scheduler import quota_admission
+
+    return quota_admission.admit_all_pools()
+
+
+@shared_task(name="scheduler.apply_tidal_steps")
+def apply_tidal_steps() -> list[int]:
+    """Apply the tidal schedule steps that are due (beat: every 30 s)."""
+    from scheduler import tidal
+
+    return [run.pk for run in tidal.apply_due_steps()]
