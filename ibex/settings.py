@@ -8,6 +8,8 @@ import os
 import secrets
 from pathlib import Path
 
+from kombu import Queue
+
 from ibex.config import (
     ConfigError,
     check_redis_url,
@@ -202,6 +204,9 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "ibex")
 CELERY_TASK_ACKS_LATE = True
+# An unacknowledged message (its worker killed) is delivered again after this long.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S",
+                                                                 3600)}
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -252,9 +257,20 @@ CELERY_BEAT_SCHEDULE.update({
     "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
 })
 PLACING_TIMEOUT_S = env_int("PLACING_TIMEOUT_S", 300)
+PLACEMENT_ATTEMPTS = env_int("PLACEMENT_ATTEMPTS", 5)  # then the lease fails, refunded
+PLACEMENT_BACKOFF_BASE_S = env_int("PLACEMENT_BACKOFF_BASE_S", 2)  # 2, 4, 8, 16 s ...
+PLACEMENT_BACKOFF_CAP_S = env_int("PLACEMENT_BACKOFF_CAP_S", 60)
+PLACEMENT_REQUEUE_S = env_int("PLACEMENT_REQUEUE_S", 60)  # pending this long: queue again
+# Placement queues, by fabric: <default queue>.place-<fabric id mod N> (scheduler/routing.py).
+PLACEMENT_PARTITIONS = env_int("PLACEMENT_PARTITIONS", 4)
+CELERY_TASK_ROUTES = ("scheduler.routing.route_task",)
+CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE)] + [
+    Queue(f"{CELERY_TASK_DEFAULT_QUEUE}.place-{k}") for k in range(PLACEMENT_PARTITIONS)]
 CELERY_BEAT_SCHEDULE.update({
+    # the safety net: the last heartbeat acknowledgement activates a lease at once
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
                                      "schedule": 5.0},
+    "requeue-unplaced-leases": {"task": "scheduler.requeue_unplaced_leases", "schedule": 30.0},
     "fail-stuck-leases": {"task": "scheduler.fail_stuck_leases", "schedule": 30.0},
     "remediate-leases": {"task": "scheduler.remediate_leases", "schedule": 15.0},
 })
