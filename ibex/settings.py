@@ -8,7 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from ibex.config import (
     ConfigError,
@@ -204,9 +204,13 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "ibex")
 CELERY_TASK_ACKS_LATE = True
-# An unacknowledged message (its worker killed) is delivered again after this long.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S",
-                                                                 3600)}
+# An unacknowledged message (its worker killed) is delivered again after this long; workers
+# look for such messages every CELERY_RESTORE_INTERVAL_S (one cheap sorted-set range query).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600),
+    "unacked_restore_interval": env_int("CELERY_RESTORE_INTERVAL_S", 10),
+    "unacked_restore_throttle": 1,
+}
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -264,8 +268,9 @@ PLACEMENT_REQUEUE_S = env_int("PLACEMENT_REQUEUE_S", 60)  # pending this long: q
 # Placement queues, by fabric: <default queue>.place-<fabric id mod N> (scheduler/routing.py).
 PLACEMENT_PARTITIONS = env_int("PLACEMENT_PARTITIONS", 4)
 CELERY_TASK_ROUTES = ("scheduler.routing.route_task",)
-CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE)] + [
-    Queue(f"{CELERY_TASK_DEFAULT_QUEUE}.place-{k}") for k in range(PLACEMENT_PARTITIONS)]
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in [
+    CELERY_TASK_DEFAULT_QUEUE,
+    *(f"{CELERY_TASK_DEFAULT_QUEUE}.place-{k}" for k in range(PLACEMENT_PARTITIONS))]]
 CELERY_BEAT_SCHEDULE.update({
     # the safety net: the last heartbeat acknowledgement activates a lease at once
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
