@@ -238,6 +238,8 @@ LOGGING = {
 
 # --- pool -------------------------------------------------------------------------------------
 NODE_HEARTBEAT_INTERVAL_S = env_int("NODE_HEARTBEAT_INTERVAL_S", 15)
+# A heartbeat answer that asks a node to start a lease asks for the next heartbeat this soon.
+BINDING_ACK_INTERVAL_S = env_int("BINDING_ACK_INTERVAL_S", 1)
 PROVIDER_BURN_IN_S = env_int("PROVIDER_BURN_IN_S", 600)
 CELERY_BEAT_SCHEDULE.update({
     "mark-unreachable-nodes": {"task": "pool.mark_unreachable_nodes", "schedule": 15.0},

@@ -148,9 +148,11 @@ class FreeGpu:
     price_micros: int
 
 
-def free_priced_gpus(order: Order, start: datetime, end: datetime) -> dict[tuple, list[FreeGpu]]:
+def free_priced_gpus(order: Order, start: datetime, end: datetime,
+                     gpu_model_of: dict[str, str] | None = None) -> dict[tuple, list[FreeGpu]]:
     """(fabric, spine, leaf, hostname) → its free priced GPUs, cheapest first: offered, of an
-    accepted model, for sale over the whole range and for this many hours."""
+    accepted model, for sale over the whole range and for this many hours. `gpu_model_of`,
+    when given, is filled with each node's GPU model (hostname → model)."""
     window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
         Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
     rows = (
@@ -159,14 +161,20 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime) -> dict[tuple
         .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
                   prices__min_lease_hours__lte=order.hours) & window)
         .exclude(allocations__period__overlap=(start, end))
+        .order_by()  # sorted per node below
         .values_list("id", "index", "prices__price_micros", "node__fabric__name",
-                     "node__host__spine", "node__host__leaf", "node__hostname")
+                     "node__host__spine", "node__host__leaf", "node__hostname",
+                     "gpu_model__name")
     )
     by_node: dict[tuple, list[FreeGpu]] = defaultdict(list)
-    for gpu_id, index, price, fabric, spine, leaf, host in rows:
+    models: dict[str, str] = {}
+    for gpu_id, index, price, fabric, spine, leaf, host, model in rows:
         by_node[(fabric, spine, leaf, host)].append(FreeGpu(gpu_id, index, price))
+        models[host] = model
     for gpus in by_node.values():
         gpus.sort(key=lambda g: (g.price_micros, g.index))
+    if gpu_model_of is not None:
+        gpu_model_of.update(models)
     return by_node
 
 
@@ -227,9 +235,8 @@ class FoundGpus:
 def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
     """Run the placement engine for `order` on the GPUs free over [start, end) now: the
     cheapest set that satisfies its models, topology and price limit, or why there is none."""
-    by_node = free_priced_gpus(order, start, end)
-    models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
-                  .values_list("node__hostname", "gpu_model__name"))
+    models: dict[str, str] = {}
+    by_node = free_priced_gpus(order, start, end, gpu_model_of=models)
     result = clearing.match_on_demand(LEVELS, offers_from(by_node, models),
                                       [bid_for(order)], make_placer())
     if result.refused:

@@ -261,8 +261,11 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
               {"at": now.isoformat(), "gpus": gpus, "ib_ports": ib_ports}, timeout=3600)
     has_bindings = getattr(node, "has_bindings", True)
     actions = _reconcile_bindings(node, set(serving), now) if has_bindings or serving else []
-    return HeartbeatAnswer(interval_s=node.heartbeat_interval_s, node_state=node.state,
-                           actions=actions)
+    interval = node.heartbeat_interval_s
+    if any(a["action"] == "start" for a in actions):
+        # come back soon to say it serves them: its acknowledgement activates the lease
+        interval = min(interval, settings.BINDING_ACK_INTERVAL_S)
+    return HeartbeatAnswer(interval_s=interval, node_state=node.state, actions=actions)
 
 
 @transaction.atomic
