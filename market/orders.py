@@ -104,10 +104,16 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     _check(request)
     try:
         with transaction.atomic():
-            order = _create_and_hold(tenant, request, actor)
+            order = _create(tenant, request, actor)
             if order.tier == Lease.Tier.ON_DEMAND:
-                match_on_demand(order=order, actor=actor)
+                # Match first, hold last: the hold locks the tenant's balance until the
+                # commit, so taking it last keeps one tenant's concurrent orders from queueing
+                # behind each other's matching. No funds: all of it rolls back.
+                matched = _match(order, actor)
+                _hold(tenant, request, order, actor)
+                _filled(order, matched, actor)
             else:
+                _hold(tenant, request, order, actor)
                 _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
     except IntegrityError:
         # a concurrent request with the same Idempotency-Key won the race
@@ -119,7 +125,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     return order
 
 
-def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) -> Order:
+def _create(tenant: Organization, request: OrderRequest, actor: str) -> Order:
     order = Order.objects.create(
         tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
         gpus=request.gpus, hours=request.hours, tier=request.tier,
@@ -128,6 +134,10 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) ->
         fill=request.fill,
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
+    return order
+
+
+def _hold(tenant: Organization, request: OrderRequest, order: Order, actor: str) -> None:
     cost = max_cost_micros(request)
     if cost > 0:
         try:
@@ -135,7 +145,6 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) ->
                                  actor=actor)
         except money.MoneyError as exc:
             raise OrderError(exc.message, code=exc.code) from None
-    return order
 
 
 # --- on-demand matching -----------------------------------------------------------------------
@@ -246,23 +255,34 @@ def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
 
 
 def match_on_demand(*, order: Order, actor: str) -> Order:
-    """Fill the order now at posted prices, or refuse it / let it rest, saying why."""
+    """Fill the order now at posted prices, or refuse it / let it rest, saying why (its hold
+    is taken already)."""
+    return _filled(order, _match(order, actor), actor)
+
+
+def _match(order: Order, actor: str) -> Lease | str:
+    """A pending lease on the GPUs the engine chose, or why there is none."""
     for _attempt in range(PLACEMENT_RETRIES):
         start = timezone.now()
         end = start + timedelta(hours=order.hours)
         found = find_gpus(order, start, end)
         if isinstance(found, str):
-            return _not_filled(order, found, actor)
+            return found
         try:
-            lease = _lease_for(order, found, start, end, actor)
+            return _lease_for(order, found, start, end, actor)
         except leasing.GpusUnavailable:
             continue  # another order took one of them meanwhile: look again
-        order.lease = lease
-        _change_state(order, OS.FILLED, actor, f"filled by lease {lease.pk}")
-        # Through the outbox: an order taken while Redis is down still gets placed.
-        outbox.enqueue("scheduler.place_lease", lease.pk)
-        return order
-    return _not_filled(order, "the GPUs were taken by other orders; try again", actor)
+    return "the GPUs were taken by other orders; try again"
+
+
+def _filled(order: Order, matched: Lease | str, actor: str) -> Order:
+    if isinstance(matched, str):
+        return _not_filled(order, matched, actor)
+    order.lease = matched
+    _change_state(order, OS.FILLED, actor, f"filled by lease {matched.pk}")
+    # Through the outbox: an order taken while Redis is down still gets placed.
+    outbox.enqueue("scheduler.place_lease", matched.pk)
+    return order
 
 
 def _cheapest_gpus(by_node: dict, lines) -> list[tuple[tuple, FreeGpu]]:

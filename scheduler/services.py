@@ -57,6 +57,10 @@ def lease_id_of(ref: str) -> int | None:
     return int(number) if prefix == "L" and number.isdigit() else None
 
 
+def lease_exists(*, lease_id: int) -> bool:
+    return Lease.objects.filter(pk=lease_id).exists()
+
+
 def place_lease(*, lease_id: int, final: bool = True) -> Lease:
     """Place a pending lease on its nodes; delivered twice, it places once.
 
@@ -64,7 +68,9 @@ def place_lease(*, lease_id: int, final: bool = True) -> Lease:
     the `final` attempt; at the final attempt the lease fails instead, its hold released.
     """
     with transaction.atomic():
-        lease = Lease.objects.select_for_update().get(pk=lease_id)
+        lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
+        if lease is None:
+            raise NoPlacement(f"there is no lease {lease_id}")
         if lease.state != Lease.State.PENDING:
             return lease
         try:

@@ -13,6 +13,8 @@ def place_lease(self, lease_id: int) -> str:
     # worker killed mid-task leaves nothing half-done and the message to the next worker.
     # Routed to its fabric's partition queue (scheduler/routing.py).
     attempt = self.request.retries + 1
+    if not services.lease_exists(lease_id=lease_id):
+        return "no such lease"
     try:
         lease = services.place_lease(lease_id=lease_id,
                                      final=attempt >= settings.PLACEMENT_ATTEMPTS)
