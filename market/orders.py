@@ -104,16 +104,10 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     _check(request)
     try:
         with transaction.atomic():
-            order = _create(tenant, request, actor)
+            order = _create_and_hold(tenant, request, actor)
             if order.tier == Lease.Tier.ON_DEMAND:
-                # Match first, hold last: the hold locks the tenant's balance until the
-                # commit, so taking it last keeps one tenant's concurrent orders from queueing
-                # behind each other's matching. No funds: all of it rolls back.
-                matched = _match(order, actor)
-                _hold(tenant, request, order, actor)
-                _filled(order, matched, actor)
+                match_on_demand(order=order, actor=actor)
             else:
-                _hold(tenant, request, order, actor)
                 _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
     except IntegrityError:
         # a concurrent request with the same Idempotency-Key won the race
@@ -125,7 +119,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     return order
 
 
-def _create(tenant: Organization, request: OrderRequest, actor: str) -> Order:
+def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) -> Order:
     order = Order.objects.create(
         tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
         gpus=request.gpus, hours=request.hours, tier=request.tier,
@@ -134,10 +128,6 @@ def _create(tenant: Organization, request: OrderRequest, actor: str) -> Order:
         fill=request.fill,
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
-    return order
-
-
-def _hold(tenant: Organization, request: OrderRequest, order: Order, actor: str) -> None:
     cost = max_cost_micros(request)
     if cost > 0:
         try:
@@ -145,6 +135,7 @@ def _hold(tenant: Organization, request: OrderRequest, order: Order, actor: str)
                                  actor=actor)
         except money.MoneyError as exc:
             raise OrderError(exc.message, code=exc.code) from None
+    return order
 
 
 # --- on-demand matching -----------------------------------------------------------------------
@@ -255,34 +246,23 @@ def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
 
 
 def match_on_demand(*, order: Order, actor: str) -> Order:
-    """Fill the order now at posted prices, or refuse it / let it rest, saying why (its hold
-    is taken already)."""
-    return _filled(order, _match(order, actor), actor)
-
-
-def _match(order: Order, actor: str) -> Lease | str:
-    """A pending lease on the GPUs the engine chose, or why there is none."""
+    """Fill the order now at posted prices, or refuse it / let it rest, saying why."""
     for _attempt in range(PLACEMENT_RETRIES):
         start = timezone.now()
         end = start + timedelta(hours=order.hours)
         found = find_gpus(order, start, end)
         if isinstance(found, str):
-            return found
+            return _not_filled(order, found, actor)
         try:
-            return _lease_for(order, found, start, end, actor)
+            lease = _lease_for(order, found, start, end, actor)
         except leasing.GpusUnavailable:
             continue  # another order took one of them meanwhile: look again
-    return "the GPUs were taken by other orders; try again"
-
-
-def _filled(order: Order, matched: Lease | str, actor: str) -> Order:
-    if isinstance(matched, str):
-        return _not_filled(order, matched, actor)
-    order.lease = matched
-    _change_state(order, OS.FILLED, actor, f"filled by lease {matched.pk}")
-    # Through the outbox: an order taken while Redis is down still gets placed.
-    outbox.enqueue("scheduler.place_lease", matched.pk)
-    return order
+        order.lease = lease
+        _change_state(order, OS.FILLED, actor, f"filled by lease {lease.pk}")
+        # Through the outbox: an order taken while Redis is down still gets placed.
+        outbox.enqueue("scheduler.place_lease", lease.pk)
+        return order
+    return _not_filled(order, "the GPUs were taken by other orders; try again", actor)
 
 
 def _cheapest_gpus(by_node: dict, lines) -> list[tuple[tuple, FreeGpu]]:
