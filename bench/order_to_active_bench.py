@@ -4,7 +4,7 @@ placed by a real Celery worker, acknowledged by `ibex-agent simulate` heartbeats
 lease activated by its last acknowledgement (and by the beat's safety net every 5 s, run here).
 Reports p50/p95 order → active.
 
-    python bench/order_to_active_bench.py [--orders 1000] [--nodes 256] [--interval 5]
+    python bench/order_to_active_bench.py [--orders 1000] [--nodes 256] [--interval 15]
 
 Without DATABASE_URL / REDIS_URL it runs on the embedded default. It builds its own
 provider and 2,048-GPU fabric, named `bench-o2a-<time>`, and leaves them in place (they are
@@ -13,6 +13,7 @@ what its leases point at).
 
 import argparse
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -30,9 +31,11 @@ import django  # noqa: E402
 
 django.setup()
 
+import psutil  # noqa: E402
 import requests  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from fabric import generators  # noqa: E402
@@ -51,11 +54,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def cpu_of(child: subprocess.Popen) -> float:
+    """CPU seconds of a child and its own children (gunicorn workers, Celery pool)."""
+    process = psutil.Process(child.pid)
+    total = 0.0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            times = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--orders", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=256)
-    parser.add_argument("--interval", type=int, default=5, help="heartbeat interval (s)")
+    parser.add_argument("--interval", type=int, default=15,
+                        help="heartbeat interval (s); 15 is the production default")
     args = parser.parse_args()
     os.environ["NODE_HEARTBEAT_INTERVAL_S"] = str(args.interval)
     settings.NODE_HEARTBEAT_INTERVAL_S = args.interval  # the nodes registered here
@@ -103,6 +120,10 @@ def main():
             cwd=BASE_DIR, env=env))
         while pool.offered_gpus().filter(node__provider=provider).count() < args.nodes * 8:
             time.sleep(0.5)
+        # Steady state: the nodes were analysed while `registering`; autovacuum re-analyses
+        # them within a minute of their first heartbeats; do it now rather than wait.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {tenant_key.raw_key}"
 
@@ -140,11 +161,18 @@ def main():
               f"{submitted:.1f} s; all active after {total:.1f} s; order → active p50 "
               f"{statistics.median(waits):.1f} s, p95 {waits[int(len(waits) * 0.95) - 1]:.1f} s, "
               f"active {len(waits)}", flush=True)
+        print("CPU by process (s): " + ", ".join(
+            f"{name} {cpu_of(child):.0f}" for name, child in zip(
+                ("web", "worker", "agents"), children, strict=False)), flush=True)
     finally:
         for child in reversed(children):
             child.terminate()
         for child in children:
             child.wait(timeout=60)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"CPU used by the web server, worker and agents: {used.ru_utime + used.ru_stime:.0f} s "
+          f"(PostgreSQL and Redis not counted); load average now "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
 
 
 if __name__ == "__main__":
