@@ -166,3 +166,11 @@ def test_a_placement_is_routed_to_its_fabrics_partition_queue(db, settings):
     assert route == {"queue": f"{default}.place-{fabric_id % 4}"}
     assert routing.route_task("scheduler.evaluate_slas", [], {}, {}) is None
     assert routing.worker_queues("ibex", 2) == ["ibex", "ibex.place-0", "ibex.place-1"]
+
+
+def test_a_worker_started_without_queues_consumes_every_placement_partition(settings):
+    # what the demo's and docker-compose's workers do (no -Q)
+    consumed = [q.name for q in settings.CELERY_TASK_QUEUES]
+
+    assert consumed == routing.worker_queues(settings.CELERY_TASK_DEFAULT_QUEUE)
+    assert all(q.routing_key == q.name for q in settings.CELERY_TASK_QUEUES)
