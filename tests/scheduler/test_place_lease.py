@@ -6,9 +6,10 @@ from django.utils import timezone
 from market import prices
 from market import services as money
 from market.models import Allocation, Hold, Lease
+from market.orders import FoundGpus, FreeGpu
 from pool import services as pool
 from pool.models import Binding, Gpu, Node
-from scheduler import routing
+from scheduler import routing, tasks
 from scheduler import services as scheduler
 from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
@@ -174,3 +175,51 @@ def test_a_worker_started_without_queues_consumes_every_placement_partition(sett
 
     assert consumed == routing.worker_queues(settings.CELERY_TASK_DEFAULT_QUEUE)
     assert all(q.routing_key == q.name for q in settings.CELERY_TASK_QUEUES)
+
+
+def test_a_replacement_taken_by_another_lease_meanwhile_makes_the_engine_look_again(
+        db, monkeypatch):
+    lease, tenant = won_lease(nodes=4, gpus=8)
+    rival = client_for(tenant).post("/api/v1/orders/", {
+        "gpu_models": ["H100-80GB"], "gpus": 8, "hours": 1, "tier": "on_demand",
+        "max_price_per_gpu_hour": "2.00"}, format="json").json()
+    rival_gpus = held_gpus(Lease.objects.get(pk=rival["lease"]))
+    Gpu.objects.filter(pk__in=held_gpus(lease)).update(health="failed")
+    real_find = scheduler.find_gpus
+    calls = []
+
+    def stale_then_real(order, start, end):
+        found = real_find(order, start, end)
+        calls.append(found)
+        if len(calls) == 1:  # what a snapshot taken just before the rival committed would say
+            taken = Gpu.objects.filter(pk__in=rival_gpus).order_by("index")
+            chosen = [(found.chosen[0][0], FreeGpu(g.pk, g.index, 2_000_000)) for g in taken]
+            return FoundGpus(chosen=chosen, gpu_model=found.gpu_model)
+        return found
+
+    monkeypatch.setattr(scheduler, "find_gpus", stale_then_real)
+
+    scheduler.place_lease(lease_id=lease.pk)
+
+    lease.refresh_from_db()
+    assert len(calls) == 2  # the exclusion constraint refused the first answer
+    assert lease.state == "placing"
+    assert len(held_gpus(lease)) == 8 and not held_gpus(lease) & rival_gpus
+    assert held_gpus(Lease.objects.get(pk=rival["lease"])) == rival_gpus
+
+
+def test_the_task_retries_a_lease_that_fits_nowhere_then_fails_it_refunded(db, settings):
+    settings.PLACEMENT_ATTEMPTS = 3
+    lease, tenant = won_lease(nodes=2, gpus=16)
+    Node.objects.filter(hostname__endswith="2").update(health="unreachable")
+
+    outcome = tasks.place_lease.apply(args=[lease.pk])  # eager: retries run at once
+
+    lease.refresh_from_db()
+    assert outcome.get() == "failed"
+    assert lease.state == "failed"
+    reason = lease.events.get(to_state="failed").reason
+    assert reason == ("could not be placed: 8 of its GPUs are no longer offered and only 8 of "
+                      "16 GPUs fit")
+    assert money.balances_of(tenant).held_micros == 0
+    assert not Binding.objects.exists()
