@@ -197,15 +197,16 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
 
 @transaction.atomic
 def replace_allocations(*, lease: Lease, gpus: list[GpuChoice], gpu_model: str, locality: dict,
-                        price_micros: int, reason: str, actor: str = "scheduler") -> Lease:
-    """Put a lease that is not placed yet on other GPUs, for its whole time range: its
+                        price_micros: int, reason: str, starts_at: datetime,
+                        actor: str = "scheduler") -> Lease:
+    """Put a lease that is not placed yet on other GPUs, from `starts_at` to its end: its
     allocations are rewritten (the exclusion constraint decides any race: GpusUnavailable)
     and a `moved` event records both sides."""
     locked = Lease.objects.select_for_update().get(pk=lease.pk)
     if locked.state != S.PENDING:
         raise LeaseTransitionError(f"a {locked.state} lease is not re-placed")
     Allocation.objects.filter(lease=locked).delete()
-    period = DateTimeTZRange(locked.starts_at, locked.ends_at)
+    period = DateTimeTZRange(max(starts_at, locked.starts_at), locked.ends_at)
     try:
         with transaction.atomic():
             Allocation.objects.bulk_create([

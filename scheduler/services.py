@@ -111,7 +111,9 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
     for _race in range(REPLACEMENT_RACES):
         # Its own GPUs count as free again: the engine may keep the ones still offered.
         Allocation.objects.filter(lease=lease).delete()
-        found = find_gpus(order, lease.starts_at, lease.ends_at)
+        # from now on: a GPU another lease held until a moment ago is free for it
+        start = max(lease.starts_at, timezone.now())
+        found = find_gpus(order, start, lease.ends_at)
         if isinstance(found, str):
             raise NoPlacement(f"{lost} of its GPUs are no longer offered and {found}")
         try:
@@ -119,7 +121,7 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
                 lease = leasing.replace_allocations(
                     lease=lease, gpus=found.choices(), gpu_model=found.gpu_model,
                     locality=found.locality(),
-                    price_micros=found.price_micros(order.max_price_micros),
+                    price_micros=found.price_micros(order.max_price_micros), starts_at=start,
                     reason=f"{lost} of GPUs {sorted(held)} no longer offered")
             return lease, True
         except leasing.GpusUnavailable as exc:

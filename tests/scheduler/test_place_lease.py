@@ -84,6 +84,7 @@ def test_a_lease_whose_gpu_failed_since_the_clearing_is_re_placed_on_healthy_gpu
     after = held_gpus(lease)
     assert lease.state == "placing"
     assert len(after) == 8 and broken.pk not in after
+    assert all(a.period.lower > lease.starts_at for a in lease.allocations.all())  # from now
     assert lease.locality["max_hops"] == 0  # the engine still puts 8 GPUs on one node
     moved = lease.events.get(kind="moved")
     assert "1 of GPUs" in moved.reason and "no longer offered" in moved.reason
