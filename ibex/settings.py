@@ -8,6 +8,8 @@ import os
 import secrets
 from pathlib import Path
 
+from kombu import Exchange, Queue
+
 from ibex.config import (
     ConfigError,
     check_redis_url,
@@ -202,6 +204,13 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "ibex")
 CELERY_TASK_ACKS_LATE = True
+# An unacknowledged message (its worker killed) is delivered again after this long; workers
+# look for such messages every CELERY_RESTORE_INTERVAL_S (one cheap sorted-set range query).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600),
+    "unacked_restore_interval": env_int("CELERY_RESTORE_INTERVAL_S", 10),
+    "unacked_restore_throttle": 1,
+}
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -229,6 +238,8 @@ LOGGING = {
 
 # --- pool -------------------------------------------------------------------------------------
 NODE_HEARTBEAT_INTERVAL_S = env_int("NODE_HEARTBEAT_INTERVAL_S", 15)
+# A heartbeat answer that asks a node to start a lease asks for the next heartbeat this soon.
+BINDING_ACK_INTERVAL_S = env_int("BINDING_ACK_INTERVAL_S", 1)
 PROVIDER_BURN_IN_S = env_int("PROVIDER_BURN_IN_S", 600)
 CELERY_BEAT_SCHEDULE.update({
     "mark-unreachable-nodes": {"task": "pool.mark_unreachable_nodes", "schedule": 15.0},
@@ -259,9 +270,21 @@ CELERY_BEAT_SCHEDULE.update({
     "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
 })
 PLACING_TIMEOUT_S = env_int("PLACING_TIMEOUT_S", 300)
+PLACEMENT_ATTEMPTS = env_int("PLACEMENT_ATTEMPTS", 5)  # then the lease fails, refunded
+PLACEMENT_BACKOFF_BASE_S = env_int("PLACEMENT_BACKOFF_BASE_S", 2)  # 2, 4, 8, 16 s ...
+PLACEMENT_BACKOFF_CAP_S = env_int("PLACEMENT_BACKOFF_CAP_S", 60)
+PLACEMENT_REQUEUE_S = env_int("PLACEMENT_REQUEUE_S", 60)  # pending this long: queue again
+# Placement queues, by fabric: <default queue>.place-<fabric id mod N> (scheduler/routing.py).
+PLACEMENT_PARTITIONS = env_int("PLACEMENT_PARTITIONS", 4)
+CELERY_TASK_ROUTES = ("scheduler.routing.route_task",)
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in [
+    CELERY_TASK_DEFAULT_QUEUE,
+    *(f"{CELERY_TASK_DEFAULT_QUEUE}.place-{k}" for k in range(PLACEMENT_PARTITIONS))]]
 CELERY_BEAT_SCHEDULE.update({
+    # the safety net: the last heartbeat acknowledgement activates a lease at once
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
                                      "schedule": 5.0},
+    "requeue-unplaced-leases": {"task": "scheduler.requeue_unplaced_leases", "schedule": 30.0},
     "fail-stuck-leases": {"task": "scheduler.fail_stuck_leases", "schedule": 30.0},
     "remediate-leases": {"task": "scheduler.remediate_leases", "schedule": 15.0},
 })
