@@ -134,7 +134,7 @@ class LeaseSerializer(serializers.ModelSerializer):
         model = Lease
         fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
-                  "preempt_at", "created_at", "events"]
+                  "preempt_at", "allow_moves", "created_at", "events"]
 
     @extend_schema_field(LeaseGpuSerializer(many=True))
     def get_gpus(self, lease) -> list[dict]:
@@ -228,6 +228,10 @@ class OrderCreateSerializer(StrictSerializer):
     topology = TopologySerializer(required=False)
     start_window = StartWindowSerializer(required=False, allow_null=True, default=None)
     fill = serializers.ChoiceField(choices=Order.Fill.choices, default=Order.Fill.FILL_OR_KILL)
+    allow_moves = serializers.BooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="let the scheduler move the lease for planned work (draining a node, "
+                  "defragmentation); default: true for spot, false for on-demand and reserved")
 
     def validate_max_price_per_gpu_hour(self, micros):
         if micros < 0:
@@ -248,7 +252,7 @@ class OrderCreateSerializer(StrictSerializer):
             tier=data["tier"], max_price_micros=data["max_price_per_gpu_hour"],
             topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
             start_latest=window.get("latest"), fill=data["fill"],
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, allow_moves=data["allow_moves"],
         )
 
 
@@ -260,7 +264,8 @@ class OrderSerializer(serializers.ModelSerializer):
     class Meta:
         model = Order
         fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
-                  "max_price_per_gpu_hour", "topology", "start_window", "fill", "created_at"]
+                  "max_price_per_gpu_hour", "topology", "start_window", "fill", "allow_moves",
+                  "created_at"]
 
     @extend_schema_field(StartWindowSerializer(allow_null=True))
     def get_start_window(self, order) -> dict | None:

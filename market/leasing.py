@@ -96,12 +96,13 @@ def _release_from(lease: Lease, moment: datetime) -> None:
 @transaction.atomic
 def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[GpuChoice],
                  starts_at: datetime, ends_at: datetime, price_micros: int,
-                 max_price_micros: int, locality: dict, actor: str) -> Lease:
+                 max_price_micros: int, locality: dict, actor: str,
+                 allow_moves: bool = False) -> Lease:
     """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable."""
     lease = Lease.objects.create(
         tenant=tenant, tier=tier, gpu_model=gpu_model, gpu_count=len(gpus),
         price_micros=price_micros, max_price_micros=max_price_micros, starts_at=starts_at,
-        ends_at=ends_at, locality=locality,
+        ends_at=ends_at, locality=locality, allow_moves=allow_moves,
     )
     LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason="won")
     period = DateTimeTZRange(starts_at, ends_at)

@@ -454,6 +454,9 @@ class Lease(models.Model):
     ends_at = models.DateTimeField()
     locality = models.JSONField(default=dict, help_text="leaves, spines, max_hops")
     preempt_at = models.DateTimeField(null=True, blank=True)
+    allow_moves = models.BooleanField(
+        default=False, help_text="the tenant lets the scheduler move it for planned work "
+                                 "(draining a node, defragmentation)")
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -540,6 +543,8 @@ class Order(models.Model):
     start_earliest = models.DateTimeField(null=True, blank=True)
     start_latest = models.DateTimeField(null=True, blank=True)
     fill = models.CharField(max_length=12, choices=Fill.choices, default=Fill.FILL_OR_KILL)
+    allow_moves = models.BooleanField(default=False,
+                                      help_text="passed on to its lease (Lease.allow_moves)")
     state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
     reason = models.CharField(max_length=500, blank=True)
     lease = models.OneToOneField(Lease, null=True, blank=True, on_delete=models.SET_NULL,

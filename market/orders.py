@@ -59,6 +59,15 @@ class OrderRequest:
     start_latest: datetime | None = None
     fill: str = Order.Fill.FILL_OR_KILL
     idempotency_key: str = ""
+    allow_moves: bool | None = None  # None: spot leases may be moved, others not
+
+
+def allows_moves(request: OrderRequest) -> bool:
+    """The tenant's consent to planned moves; by default a spot lease consents (it is
+    interruptible anyway) and an on-demand or reserved one does not."""
+    if request.allow_moves is not None:
+        return request.allow_moves
+    return request.tier == Lease.Tier.SPOT
 
 
 def order_ref(order: Order) -> str:
@@ -125,7 +134,7 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) ->
         gpus=request.gpus, hours=request.hours, tier=request.tier,
         max_price_micros=request.max_price_micros, topology=request.topology,
         start_earliest=request.start_earliest, start_latest=request.start_latest,
-        fill=request.fill,
+        fill=request.fill, allow_moves=allows_moves(request),
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
     cost = max_cost_micros(request)
@@ -253,6 +262,7 @@ def _lease_for(order, chosen, model, start, end, actor) -> Lease:
         starts_at=start, ends_at=end, price_micros=min(divide_rounded(sum(prices), len(prices)),
                                                        order.max_price_micros),
         max_price_micros=order.max_price_micros, locality=locality, actor=actor,
+        allow_moves=order.allow_moves,
     )
 
 

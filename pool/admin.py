@@ -37,15 +37,15 @@ class StateChangeInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "provider", "fabric", "gpu_model", "state", "health",
-                    "last_heartbeat_at"]
+    list_display = ["hostname", "provider", "fabric", "gpu_model", "state", "drain_mode",
+                    "health", "last_heartbeat_at"]
     list_filter = ["state", "health", "gpu_model", "fabric", "provider"]
     search_fields = ["hostname", "provider__slug"]
     list_select_related = ["provider", "fabric", "gpu_model"]
-    readonly_fields = ["state", "health", "last_heartbeat_at", "healthy_since", "token_prefix",
+    readonly_fields = ["state", "drain_mode", "health", "last_heartbeat_at", "healthy_since", "token_prefix",
                        "token_hash", "state_changed_at", "created_at"]
     inlines = [GpuInline, StateChangeInline]
-    actions = ["drain", "take_offline", "retire"]
+    actions = ["drain", "drain_moving_leases", "take_offline", "retire"]
 
     def _change(self, request, queryset, to_state, reason):
         for node in queryset:
@@ -55,9 +55,21 @@ class NodeAdmin(admin.ModelAdmin):
             except services.NodeTransitionError as exc:
                 self.message_user(request, f"{node}: {exc}", messages.WARNING)
 
-    @admin.action(description="Drain selected nodes (take no new leases)")
+    def _drain(self, request, queryset, mode):
+        for node in queryset:
+            try:
+                services.drain_node(node=node, actor=request.user.username, mode=mode,
+                                    reason="drained by an operator")
+            except services.NodeTransitionError as exc:
+                self.message_user(request, f"{node}: {exc}", messages.WARNING)
+
+    @admin.action(description="Drain selected nodes: no new leases, running ones finish here")
     def drain(self, request, queryset):
-        self._change(request, queryset, Node.State.DRAINING, "drained by an operator")
+        self._drain(request, queryset, Node.DrainMode.RUN_TO_END)
+
+    @admin.action(description="Drain selected nodes: no new leases, move running ones off")
+    def drain_moving_leases(self, request, queryset):
+        self._drain(request, queryset, Node.DrainMode.MOVE)
 
     @admin.action(description="Take selected nodes offline")
     def take_offline(self, request, queryset):

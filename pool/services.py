@@ -195,8 +195,19 @@ def change_node_state(*, node: Node, to_state: str, actor: str, reason: str) -> 
     return locked
 
 
-def drain_node(*, node: Node, actor: str, reason: str = "drained") -> Node:
-    return change_node_state(node=node, to_state=S.DRAINING, actor=actor, reason=reason)
+@transaction.atomic
+def drain_node(*, node: Node, actor: str, mode: str = Node.DrainMode.RUN_TO_END,
+               reason: str = "drained") -> Node:
+    """Take no new leases. `move`: the scheduler moves the leases off at its next pass (those
+    whose tenant allowed moves); `run_to_end`: they finish here. Either way the scheduler takes
+    the node offline once nothing runs on it (`scheduler.drain`)."""
+    if mode not in Node.DrainMode.values:
+        raise NodeTransitionError(f"unknown drain mode {mode!r}")
+    locked = change_node_state(node=node, to_state=S.DRAINING, actor=actor,
+                               reason=f"{reason} ({mode})")
+    locked.drain_mode = mode
+    locked.save(update_fields=["drain_mode"])
+    return locked
 
 
 # --- heartbeats and health --------------------------------------------------------------------

@@ -5,11 +5,16 @@ many free, healthy, offered GPUs of the lease's model, priced within its limit, 
 domain its topology constraint promised (the leaf or spine its other GPUs share); move the
 lease there and tell the nodes through their bindings. With no replacement the lease stays
 where it is, `degraded` (an event), and the SLA credits cover the downtime.
+
+One pass builds one index of the free GPUs (`scheduler.replacement.FreeIndex`, one query) and
+takes every lease's replacements from it; `scheduler.drain` moves leases off drained nodes the
+same way (`move_off`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
@@ -17,17 +22,26 @@ from django.db.models import Q
 from django.utils import timezone
 
 from market import leasing
-from market.models import Allocation, Lease, LeaseEvent, Order
-from market.orders import free_priced_gpus
+from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
 from pool.models import Gpu, Node
+from scheduler.replacement import FreeIndex, domain_of
 
-LEVEL_FIELD = {"leaf": "gpu__node__host__leaf", "spine": "gpu__node__host__spine"}
 
+@dataclass(frozen=True)
+class Held:
+    """One GPU a lease holds now, where it sits, and whether it is broken."""
 
-def broken_gpus_of(lease: Lease, now: datetime) -> list[int]:
-    return list(Allocation.objects.filter(lease=lease, period__contains=now).filter(
-        _broken()).values_list("gpu_id", flat=True))
+    gpu_id: int
+    node_id: int
+    fabric: str
+    spine: str
+    leaf: str
+    host: str
+    broken: bool
+
+    def domain(self, level: str | None):
+        return domain_of(level, self.fabric, self.spine, self.leaf, self.host)
 
 
 def _broken() -> Q:
@@ -35,72 +49,89 @@ def _broken() -> Q:
     return Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
 
 
+def held_now(lease: Lease, now: datetime) -> list[Held]:
+    """The lease's GPUs in force now, in one query."""
+    rows = Allocation.objects.filter(lease=lease, period__contains=now).values_list(
+        "gpu_id", "gpu__node_id", "gpu__node__fabric__name", "gpu__node__host__spine",
+        "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health", "gpu__node__health")
+    return [Held(gpu, node, fabric, spine, leaf, host,
+                 health == Gpu.Health.FAILED or node_health == Node.Health.UNREACHABLE)
+            for gpu, node, fabric, spine, leaf, host, health, node_health in rows]
+
+
+def broken_gpus_of(lease: Lease, now: datetime) -> list[int]:
+    return [h.gpu_id for h in held_now(lease, now) if h.broken]
+
+
+def lock_active(lease_id: int) -> Lease | None:
+    """The active lease under its row lock (with its order), or None when another worker holds
+    it or it is no longer active."""
+    return (Lease.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("order").filter(pk=lease_id, state=Lease.State.ACTIVE).first())
+
+
 def remediate_leases(*, now: datetime | None = None) -> dict[int, str]:
     """Lease id → what was done ("moved" or "degraded") for every lease that needed it."""
     now = now or timezone.now()
     outcome = {}
-    affected = (Allocation.objects.filter(lease__state=Lease.State.ACTIVE, period__contains=now)
-                .filter(_broken()).values_list("lease_id", flat=True).distinct())
-    for lease_id in sorted(set(affected)):
+    affected = sorted(set(
+        Allocation.objects.filter(lease__state=Lease.State.ACTIVE, period__contains=now)
+        .filter(_broken()).values_list("lease_id", flat=True).distinct()))
+    if not affected:
+        return outcome
+    index = FreeIndex.build(now)
+    for lease_id in affected:
         with transaction.atomic():
-            lease = Lease.objects.select_for_update(skip_locked=True).filter(
-                pk=lease_id, state=Lease.State.ACTIVE).first()
+            lease = lock_active(lease_id)
             if lease is not None:
-                outcome[lease_id] = _remediate(lease, now)
+                outcome[lease_id] = _remediate(lease, index, now)
     return outcome
 
 
-def _remediate(lease: Lease, now: datetime) -> str:
-    broken = broken_gpus_of(lease, now)
-    replacements = _replacements(lease, len(broken), now)
-    if replacements is None:
-        if not LeaseEvent.objects.filter(lease=lease, kind="degraded").exists():
-            LeaseEvent.objects.create(lease=lease, kind="degraded", actor="scheduler",
-                                      reason=f"no replacement for GPUs {sorted(broken)}")
-        return "degraded"
-    try:
-        leasing.move_gpus(lease=lease, away_from=broken, onto=replacements,
-                          reason="moved off failed GPUs")
-    except leasing.GpusUnavailable:
-        return "degraded"
-    _rebind(lease)
-    return "moved"
+def _remediate(lease: Lease, index: FreeIndex, now: datetime) -> str:
+    held = held_now(lease, now)
+    broken = {h.gpu_id for h in held if h.broken}
+    if not broken:
+        return "moved"  # moved by an overlapping pass meanwhile
+    if move_off(lease=lease, held=held, leaving=broken, index=index,
+                reason="moved off failed GPUs"):
+        return "moved"
+    if not LeaseEvent.objects.filter(lease=lease, kind="degraded").exists():
+        LeaseEvent.objects.create(lease=lease, kind="degraded", actor="scheduler",
+                                  reason=f"no replacement for GPUs {sorted(broken)}")
+    return "degraded"
 
 
-def _replacements(lease: Lease, count: int, now: datetime):
-    """Cheapest free GPUs inside the domain the lease was promised; a `preferred` constraint
-    is no promise, so then the same domain comes first and any other will do."""
+def _single(domains: set):
+    return next(iter(domains)) if len(domains) == 1 else None
+
+
+def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,
+             reason: str) -> bool:
+    """Move the lease (locked by the caller) off the GPUs `leaving`, onto replacements from
+    the index inside the domain its topology constraint promised; rebind its nodes. False when
+    there is no replacement or it was taken meanwhile (the exclusion constraint said so)."""
     order = getattr(lease, "order", None)
     topology = (order.topology if order else {}) or {}
     level = topology.get("required") or topology.get("preferred")
-    required = bool(topology.get("required"))
-    by_node = free_priced_gpus(Order(gpu_models=[lease.gpu_model], hours=1), now, lease.ends_at)
-    keep = _domain_of_remaining(lease, level, now)
-    inside, outside = [], []
-    for (fabric, spine, leaf, _host), gpus in sorted(by_node.items()):
-        affordable = [g for g in gpus if g.price_micros <= lease.max_price_micros]
-        domain = {"leaf": (fabric, leaf), "spine": (fabric, spine)}.get(level)
-        if keep is None or domain is None or domain == keep:
-            inside += affordable
-        else:
-            outside += affordable
-    by_price = sorted(inside, key=lambda g: (g.price_micros, g.gpu_id))
-    if not required:
-        by_price += sorted(outside, key=lambda g: (g.price_micros, g.gpu_id))
-    if len(by_price) < count:
-        return None
-    return [leasing.GpuChoice(g.gpu_id, g.price_micros) for g in by_price[:count]]
+    staying = [h for h in held if h.gpu_id not in leaving]
+    choices = index.take(
+        gpu_model=lease.gpu_model, count=len(leaving), max_price=lease.max_price_micros,
+        ends_at=lease.ends_at, level=level, required=bool(topology.get("required")),
+        keep=_single({h.domain(level) for h in staying}) if staying else None,
+        prefer=_single({h.domain(level) for h in held}))
+    if choices is None:
+        return False
+    try:
+        leasing.move_gpus(lease=lease, away_from=sorted(leaving), onto=choices, reason=reason)
+    except leasing.GpusUnavailable:
+        index.discard(c.gpu_id for c in choices)
+        return False
+    rebind(lease)
+    return True
 
 
-def _domain_of_remaining(lease: Lease, level: str | None, now: datetime):
-    if level not in LEVEL_FIELD:
-        return None
-    rows = set(Allocation.objects.filter(lease=lease, period__contains=now).exclude(_broken())
-               .values_list("gpu__node__fabric__name", LEVEL_FIELD[level]))
-    return next(iter(rows)) if len(rows) == 1 else None
-
-
-def _rebind(lease: Lease) -> None:
+def rebind(lease: Lease) -> None:
     """Bindings follow the allocations in force from the move on: nodes left are told to stop."""
     now = timezone.now()
     ref = f"L-{lease.pk}"
@@ -108,7 +139,8 @@ def _rebind(lease: Lease) -> None:
     for node_id, index in Allocation.objects.filter(lease=lease, period__contains=now).values_list(
             "gpu__node_id", "gpu__index"):
         wanted[node_id].append(index)
-    for node in Node.objects.filter(bindings__lease_ref=ref).exclude(pk__in=list(wanted)):
+    for node in Node.objects.filter(bindings__lease_ref=ref, bindings__serve=True).exclude(
+            pk__in=list(wanted)):
         pool.unbind_lease(node=node, lease_ref=ref)
     for node in Node.objects.filter(pk__in=list(wanted)):
         pool.bind_lease(node=node, lease_ref=ref, gpu_indexes=wanted[node.pk])

@@ -71,3 +71,11 @@ def remediate_leases() -> dict:
     from scheduler import remediation
 
     return {str(k): v for k, v in remediation.remediate_leases().items()}
+
+
+@shared_task(name="scheduler.drain_nodes")
+def drain_nodes() -> dict:
+    """Move leases off nodes drained in `move` mode; empty draining nodes go offline."""
+    from scheduler import drain
+
+    return drain.drain_nodes()

@@ -9,11 +9,12 @@ from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
 
 
-def active_lease(client, gpus=8, topology=None) -> Lease:
-    body = client.post("/api/v1/orders/", {
-        "gpu_models": ["H100-80GB"], "gpus": gpus, "hours": 2, "tier": "on_demand",
-        "max_price_per_gpu_hour": "3.00", "topology": topology or {"required": "leaf"}},
-        format="json").json()
+def active_lease(client, gpus=8, topology=None, allow_moves=None) -> Lease:
+    order = {"gpu_models": ["H100-80GB"], "gpus": gpus, "hours": 2, "tier": "on_demand",
+             "max_price_per_gpu_hour": "3.00", "topology": topology or {"required": "leaf"}}
+    if allow_moves is not None:
+        order["allow_moves"] = allow_moves
+    body = client.post("/api/v1/orders/", order, format="json").json()
     lease = Lease.objects.get(pk=body["lease"])
     scheduler.place_lease(lease_id=lease.pk)
     Binding.objects.update(acknowledged_at=lease.created_at)
