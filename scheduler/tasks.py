@@ -79,3 +79,16 @@ def drain_nodes() -> dict:
     from scheduler import drain
 
     return drain.drain_nodes()
+
+
+@shared_task(name="scheduler.defragment")
+def defragment() -> dict:
+    """Move consenting spot leases so that whole free leaves and nodes form again."""
+    from django.conf import settings
+
+    from scheduler import defrag
+
+    run = defrag.defragment(max_moves=settings.DEFRAG_MAX_MOVES)
+    return {"run": run.pk, "moves": run.moves_applied,
+            "whole_free_leaves": [run.whole_free_leaves_before, run.whole_free_leaves_after],
+            "whole_free_nodes": [run.whole_free_nodes_before, run.whole_free_nodes_after]}
