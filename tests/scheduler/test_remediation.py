@@ -95,3 +95,27 @@ def test_a_preferred_leaf_is_no_promise_so_a_lease_moves_to_another_leaf_if_it_m
 
     assert remediation.remediate_leases() == {lease.pk: "moved"}
     assert len(current_hosts(lease)) == 2  # now across two leaves
+
+
+def fail_all(gpus: list[Gpu]) -> None:
+    """One heartbeat per node reporting ECC errors on these GPUs."""
+    by_node: dict = {}
+    for gpu in gpus:
+        by_node.setdefault(gpu.node, set()).add(gpu.index)
+    for node, failed in by_node.items():
+        reports = [{"index": i, **({"ecc_errors": 1} if i in failed else {})} for i in range(8)]
+        pool.record_heartbeat(node=node, gpus=reports, ib_ports=[], serving=[])
+
+
+def test_a_pass_reads_the_free_gpus_once_however_many_leases_it_moves(
+        db, django_assert_max_num_queries):
+    client = setup_market()
+    leases = [active_lease(client, gpus=1) for _ in range(6)]
+    fail_all([Allocation.objects.get(lease=lease).gpu for lease in leases])
+
+    with django_assert_max_num_queries(2 + 25 * 6) as captured:  # ~22 a lease: lock, move, bind
+        outcome = remediation.remediate_leases()
+
+    assert outcome == {lease.pk: "moved" for lease in leases}
+    index_reads = [q for q in captured.captured_queries if '"market_gpuprice"' in q["sql"]]
+    assert len(index_reads) == 1  # one free-GPU index for the whole pass
