@@ -192,6 +192,7 @@ SPECTACULAR_SETTINGS = {
         "ProviderState": "ibex.accounts.models.ProviderProfile.State",
         "NodeState": "pool.models.Node.State",
         "NodeHealth": "pool.models.Node.Health",
+        "NodeDrainMode": "pool.models.Node.DrainMode",
         "GpuHealth": "pool.models.Gpu.Health",
         "LocalityLevel": "market.api_trading.LOCALITY_LEVELS",
     },

@@ -1,7 +1,7 @@
 from django.utils import timezone
 
 from market import leasing
-from market.models import Allocation, Lease, LeaseEvent
+from market.models import Allocation, LeaseEvent
 from pool import services as pool
 from pool.models import Binding, Node
 from scheduler import drain
