@@ -379,6 +379,30 @@ def unbind_lease(*, node: Node, lease_ref: str) -> None:
     Binding.objects.filter(node=node, lease_ref=lease_ref).update(serve=False)
 
 
+@transaction.atomic
+def set_lease_bindings(*, lease_ref: str, gpu_indexes_by_node: dict[int, list[int]]) -> None:
+    """What every node serves of one lease, at once (after the scheduler moved it): the nodes
+    named serve those GPUs, every other node serving it is told to stop. Unchanged bindings are
+    left alone, so a node re-acknowledges only what changed; a few queries whatever the size."""
+    wanted = {node_id: sorted(indexes) for node_id, indexes in gpu_indexes_by_node.items()}
+    existing = {b.node_id: b for b in
+                Binding.objects.select_for_update().filter(lease_ref=lease_ref)}
+    Binding.objects.filter(lease_ref=lease_ref, serve=True).exclude(
+        node_id__in=list(wanted)).update(serve=False)
+    changed, new = [], []
+    for node_id, indexes in wanted.items():
+        binding = existing.get(node_id)
+        if binding is None:
+            new.append(Binding(node_id=node_id, lease_ref=lease_ref, gpu_indexes=indexes))
+        elif binding.gpu_indexes != indexes or not binding.serve or binding.stopped_at:
+            binding.gpu_indexes, binding.serve, binding.stopped_at = indexes, True, None
+            changed.append(binding)
+    if changed:
+        Binding.objects.bulk_update(changed, ["gpu_indexes", "serve", "stopped_at"])
+    if new:
+        Binding.objects.bulk_create(new)
+
+
 # --- provider burn-in ---------------------------------------------------------------------------
 
 

@@ -132,15 +132,11 @@ def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIn
 
 
 def rebind(lease: Lease) -> None:
-    """Bindings follow the allocations in force from the move on: nodes left are told to stop."""
+    """Bindings follow the allocations in force from the move on: nodes left are told to stop,
+    nodes whose GPUs changed are told the new ones."""
     now = timezone.now()
-    ref = f"L-{lease.pk}"
     wanted: dict[int, list[int]] = defaultdict(list)
     for node_id, index in Allocation.objects.filter(lease=lease, period__contains=now).values_list(
             "gpu__node_id", "gpu__index"):
         wanted[node_id].append(index)
-    for node in Node.objects.filter(bindings__lease_ref=ref, bindings__serve=True).exclude(
-            pk__in=list(wanted)):
-        pool.unbind_lease(node=node, lease_ref=ref)
-    for node in Node.objects.filter(pk__in=list(wanted)):
-        pool.bind_lease(node=node, lease_ref=ref, gpu_indexes=wanted[node.pk])
+    pool.set_lease_bindings(lease_ref=f"L-{lease.pk}", gpu_indexes_by_node=wanted)
