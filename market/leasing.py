@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.contrib.postgres.fields import DateTimeRangeField
 from django.db import IntegrityError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+from django.db.models import F, Func, Q, Value
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
@@ -194,3 +196,45 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
                               reason=f"{reason}: GPUs {sorted(away_from)} → "
                                      f"{sorted(g.gpu_id for g in onto)}")
     return locked
+
+
+@dataclass(frozen=True)
+class PlannedMove:
+    lease: Lease  # locked by the caller
+    away_from: list[int]
+    onto: list[GpuChoice]
+    reason: str
+
+
+@transaction.atomic
+def move_many(*, moves: list[PlannedMove], actor: str = "scheduler") -> None:
+    """`move_gpus` for many leases in a handful of queries, all or nothing (a remediation pass
+    moves hundreds). The caller holds the leases' row locks. GpusUnavailable when any new GPU
+    is held meanwhile: nothing moved, and the caller can move them one by one."""
+    if not moves:
+        return
+    for move in moves:
+        if move.lease.state not in (S.ACTIVE, S.PREEMPTING):
+            raise LeaseTransitionError(f"a {move.lease.state} lease is not moved")
+    now = timezone.now()
+    leaving = Q()
+    for move in moves:
+        leaving |= Q(lease_id=move.lease.pk, gpu_id__in=move.away_from)
+    cut = Allocation.objects.filter(leaving)
+    cut.filter(period__startswith__gte=now).delete()
+    cut.update(period=Func(Func(F("period"), function="lower"), Value(now), function="tstzrange",
+                           output_field=DateTimeRangeField()))
+    try:
+        with transaction.atomic():
+            Allocation.objects.bulk_create([
+                Allocation(lease=m.lease, gpu_id=g.gpu_id, price_micros=g.price_micros,
+                           period=DateTimeTZRange(now, m.lease.ends_at))
+                for m in moves for g in m.onto])
+    except IntegrityError as exc:
+        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable("a replacement GPU was taken meanwhile") from None
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(lease=m.lease, kind="moved", actor=actor,
+                   reason=f"{m.reason}: GPUs {sorted(m.away_from)} → "
+                          f"{sorted(g.gpu_id for g in m.onto)}") for m in moves])

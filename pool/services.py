@@ -380,23 +380,29 @@ def unbind_lease(*, node: Node, lease_ref: str) -> None:
 
 
 @transaction.atomic
-def set_lease_bindings(*, lease_ref: str, gpu_indexes_by_node: dict[int, list[int]]) -> None:
-    """What every node serves of one lease, at once (after the scheduler moved it): the nodes
-    named serve those GPUs, every other node serving it is told to stop. Unchanged bindings are
-    left alone, so a node re-acknowledges only what changed; a few queries whatever the size."""
-    wanted = {node_id: sorted(indexes) for node_id, indexes in gpu_indexes_by_node.items()}
-    existing = {b.node_id: b for b in
-                Binding.objects.select_for_update().filter(lease_ref=lease_ref)}
-    Binding.objects.filter(lease_ref=lease_ref, serve=True).exclude(
-        node_id__in=list(wanted)).update(serve=False)
-    changed, new = [], []
-    for node_id, indexes in wanted.items():
-        binding = existing.get(node_id)
-        if binding is None:
-            new.append(Binding(node_id=node_id, lease_ref=lease_ref, gpu_indexes=indexes))
-        elif binding.gpu_indexes != indexes or not binding.serve or binding.stopped_at:
-            binding.gpu_indexes, binding.serve, binding.stopped_at = indexes, True, None
-            changed.append(binding)
+def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]]) -> None:
+    """What every node serves of some leases, at once (after the scheduler moved them):
+    lease ref → node id → GPU indexes. The nodes named serve those GPUs; every other node
+    serving one of these leases is told to stop. Unchanged bindings are left alone (their node
+    need not acknowledge again). A few queries however many leases."""
+    wanted = {ref: {node: sorted(ix) for node, ix in nodes.items()}
+              for ref, nodes in wanted.items()}
+    stop, changed, new = [], [], []
+    existing = {(b.lease_ref, b.node_id): b for b in
+                Binding.objects.select_for_update().filter(lease_ref__in=list(wanted))}
+    for (ref, node_id), binding in existing.items():
+        if binding.serve and node_id not in wanted[ref]:
+            stop.append(binding.pk)
+    for ref, nodes in wanted.items():
+        for node_id, indexes in nodes.items():
+            binding = existing.get((ref, node_id))
+            if binding is None:
+                new.append(Binding(node_id=node_id, lease_ref=ref, gpu_indexes=indexes))
+            elif binding.gpu_indexes != indexes or not binding.serve or binding.stopped_at:
+                binding.gpu_indexes, binding.serve, binding.stopped_at = indexes, True, None
+                changed.append(binding)
+    if stop:
+        Binding.objects.filter(pk__in=stop).update(serve=False)
     if changed:
         Binding.objects.bulk_update(changed, ["gpu_indexes", "serve", "stopped_at"])
     if new:

@@ -25,7 +25,9 @@ from market import leasing
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
 from pool.models import Gpu, Node
-from scheduler.replacement import FreeIndex, domain_of
+from scheduler.replacement import FreeIndex, Slot, domain_of
+
+CHUNK = 50
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Held:
 
     gpu_id: int
     node_id: int
+    index: int
     fabric: str
     spine: str
     leaf: str
@@ -49,14 +52,22 @@ def _broken() -> Q:
     return Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
 
 
+def held_by(lease_ids: list[int], now: datetime) -> dict[int, list[Held]]:
+    """The GPUs each lease holds now, in one query."""
+    rows = Allocation.objects.filter(lease_id__in=lease_ids, period__contains=now).values_list(
+        "lease_id", "gpu_id", "gpu__node_id", "gpu__index", "gpu__node__fabric__name",
+        "gpu__node__host__spine", "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health",
+        "gpu__node__health")
+    held: dict[int, list[Held]] = defaultdict(list)
+    for lease, gpu, node, index, fabric, spine, leaf, host, health, node_health in rows:
+        held[lease].append(Held(gpu, node, index, fabric, spine, leaf, host,
+                                health == Gpu.Health.FAILED
+                                or node_health == Node.Health.UNREACHABLE))
+    return held
+
+
 def held_now(lease: Lease, now: datetime) -> list[Held]:
-    """The lease's GPUs in force now, in one query."""
-    rows = Allocation.objects.filter(lease=lease, period__contains=now).values_list(
-        "gpu_id", "gpu__node_id", "gpu__node__fabric__name", "gpu__node__host__spine",
-        "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health", "gpu__node__health")
-    return [Held(gpu, node, fabric, spine, leaf, host,
-                 health == Gpu.Health.FAILED or node_health == Node.Health.UNREACHABLE)
-            for gpu, node, fabric, spine, leaf, host, health, node_health in rows]
+    return held_by([lease.pk], now)[lease.pk]
 
 
 def broken_gpus_of(lease: Lease, now: datetime) -> list[int]:
@@ -73,59 +84,117 @@ def lock_active(lease_id: int) -> Lease | None:
 def remediate_leases(*, now: datetime | None = None) -> dict[int, str]:
     """Lease id → what was done ("moved" or "degraded") for every lease that needed it."""
     now = now or timezone.now()
-    outcome = {}
+    outcome: dict[int, str] = {}
     affected = sorted(set(
         Allocation.objects.filter(lease__state=Lease.State.ACTIVE, period__contains=now)
         .filter(_broken()).values_list("lease_id", flat=True).distinct()))
     if not affected:
         return outcome
     index = FreeIndex.build(now)
-    for lease_id in affected:
+    for chunk in chunks(affected):
         with transaction.atomic():
-            lease = lock_active(lease_id)
-            if lease is not None:
-                outcome[lease_id] = _remediate(lease, index, now)
+            outcome.update(_remediate_chunk(chunk, index, now))
     return outcome
 
 
-def _remediate(lease: Lease, index: FreeIndex, now: datetime) -> str:
-    held = held_now(lease, now)
-    broken = {h.gpu_id for h in held if h.broken}
-    if not broken:
-        return "moved"  # moved by an overlapping pass meanwhile
-    if move_off(lease=lease, held=held, leaving=broken, index=index,
-                reason="moved off failed GPUs"):
-        return "moved"
-    if not LeaseEvent.objects.filter(lease=lease, kind="degraded").exists():
-        LeaseEvent.objects.create(lease=lease, kind="degraded", actor="scheduler",
-                                  reason=f"no replacement for GPUs {sorted(broken)}")
-    return "degraded"
+def chunks(ids: list[int], size: int = CHUNK) -> list[list[int]]:
+    """Leases are remediated `size` to a transaction: locked together (skipping any another
+    worker holds) and moved in a few statements, so a pass over a thousand leases is short and
+    the locks are held for one chunk's time only."""
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
+
+
+def _remediate_chunk(chunk: list[int], index: FreeIndex, now: datetime) -> dict[int, str]:
+    leases = list(Lease.objects.select_for_update(skip_locked=True, of=("self",))
+                  .select_related("order").filter(pk__in=chunk, state=Lease.State.ACTIVE)
+                  .order_by("pk"))
+    held = held_by([lease.pk for lease in leases], now)
+    outcome, planned, stuck = {}, [], []
+    for lease in leases:
+        broken = {h.gpu_id for h in held[lease.pk] if h.broken}
+        if not broken:
+            outcome[lease.pk] = "moved"  # moved by an overlapping pass meanwhile
+            continue
+        chosen = _choose(lease, held[lease.pk], broken, index)
+        if chosen is None:
+            stuck.append((lease, broken))
+        else:
+            planned.append((leasing.PlannedMove(
+                lease=lease, away_from=sorted(broken),
+                onto=[leasing.GpuChoice(s.gpu_id, s.price_micros) for s in chosen],
+                reason="moved off failed GPUs"), held[lease.pk], chosen))
+    try:
+        with transaction.atomic():
+            leasing.move_many(moves=[m for m, _, _ in planned])
+            pool.set_lease_bindings(wanted={
+                f"L-{m.lease.pk}": _bindings_after(h, set(m.away_from), chosen)
+                for m, h, chosen in planned})
+        outcome.update({m.lease.pk: "moved" for m, _, _ in planned})
+    except leasing.GpusUnavailable:  # a target was taken meanwhile: one lease at a time
+        for move, lease_held, chosen in planned:
+            index.discard(s.gpu_id for s in chosen)
+            if move_off(lease=move.lease, held=lease_held, leaving=set(move.away_from),
+                        index=index, reason=move.reason):
+                outcome[move.lease.pk] = "moved"
+            else:
+                stuck.append((move.lease, set(move.away_from)))
+    _degrade(stuck)
+    outcome.update({lease.pk: "degraded" for lease, _ in stuck})
+    return outcome
+
+
+def _degrade(stuck: list[tuple[Lease, set[int]]]) -> None:
+    """One `degraded` event per lease left on broken GPUs (none if it already has one)."""
+    told = set(LeaseEvent.objects.filter(lease__in=[lease for lease, _ in stuck],
+                                         kind="degraded").values_list("lease_id", flat=True))
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(lease=lease, kind="degraded", actor="scheduler",
+                   reason=f"no replacement for GPUs {sorted(broken)}")
+        for lease, broken in stuck if lease.pk not in told])
+
+
+def _bindings_after(held: list[Held], leaving: set[int], chosen: list[Slot]
+                    ) -> dict[int, list[int]]:
+    wanted: dict[int, list[int]] = defaultdict(list)
+    for h in held:
+        if h.gpu_id not in leaving:
+            wanted[h.node_id].append(h.index)
+    for slot in chosen:
+        wanted[slot.node_id].append(slot.index)
+    return wanted
 
 
 def _single(domains: set):
     return next(iter(domains)) if len(domains) == 1 else None
 
 
-def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,
-             reason: str) -> bool:
-    """Move the lease (locked by the caller) off the GPUs `leaving`, onto replacements from
-    the index inside the domain its topology constraint promised; rebind its nodes. False when
-    there is no replacement or it was taken meanwhile (the exclusion constraint said so)."""
+def _choose(lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex
+            ) -> list[Slot] | None:
+    """Replacements for `leaving` inside the domain the lease's topology constraint promised."""
     order = getattr(lease, "order", None)
     topology = (order.topology if order else {}) or {}
     level = topology.get("required") or topology.get("preferred")
     staying = [h for h in held if h.gpu_id not in leaving]
-    choices = index.take(
+    return index.take(
         gpu_model=lease.gpu_model, count=len(leaving), max_price=lease.max_price_micros,
         ends_at=lease.ends_at, level=level, required=bool(topology.get("required")),
         keep=_single({h.domain(level) for h in staying}) if staying else None,
         prefer=_single({h.domain(level) for h in held}))
-    if choices is None:
+
+
+def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,
+             reason: str) -> bool:
+    """Move one lease (locked by the caller) off the GPUs `leaving`, onto replacements from
+    the index inside the domain its topology constraint promised; rebind its nodes. False when
+    there is no replacement or it was taken meanwhile (the exclusion constraint said so)."""
+    chosen = _choose(lease, held, leaving, index)
+    if chosen is None:
         return False
     try:
-        leasing.move_gpus(lease=lease, away_from=sorted(leaving), onto=choices, reason=reason)
+        leasing.move_gpus(lease=lease, away_from=sorted(leaving), reason=reason,
+                          onto=[leasing.GpuChoice(s.gpu_id, s.price_micros) for s in chosen])
     except leasing.GpusUnavailable:
-        index.discard(c.gpu_id for c in choices)
+        index.discard(s.gpu_id for s in chosen)
         return False
     rebind(lease)
     return True
@@ -139,4 +208,4 @@ def rebind(lease: Lease) -> None:
     for node_id, index in Allocation.objects.filter(lease=lease, period__contains=now).values_list(
             "gpu__node_id", "gpu__index"):
         wanted[node_id].append(index)
-    pool.set_lease_bindings(lease_ref=f"L-{lease.pk}", gpu_indexes_by_node=wanted)
+    pool.set_lease_bindings(wanted={f"L-{lease.pk}": wanted})

@@ -16,7 +16,6 @@ from datetime import datetime
 
 from django.db.models import F, Func, OuterRef, Q, Subquery
 
-from market import leasing
 from market.models import Allocation
 from pool.services import offered_gpus
 
@@ -33,6 +32,8 @@ class Slot:
     host: str
     offered_until: datetime | None
     busy_from: datetime | None  # the start of its next allocation, if any
+    node_id: int = 0
+    index: int = 0
 
     def domain(self, level: str) -> tuple[str, str]:
         return (self.fabric, {"node": self.host, "leaf": self.leaf, "spine": self.spine}[level])
@@ -79,11 +80,11 @@ class FreeIndex:
             .annotate(busy_from=Subquery(next_start))
             .values_list("id", "prices__price_micros", "node__fabric__name", "node__host__spine",
                          "node__host__leaf", "node__hostname", "prices__offered_until",
-                         "busy_from", "gpu_model__name")
+                         "busy_from", "gpu_model__name", "node_id", "index")
         )
         slots, model_of = [], {}
-        for gpu_id, price, fabric, spine, leaf, host, until, busy, model in rows:
-            slots.append(Slot(gpu_id, price, fabric, spine, leaf, host, until, busy))
+        for gpu_id, price, fabric, spine, leaf, host, until, busy, model, node, index in rows:
+            slots.append(Slot(gpu_id, price, fabric, spine, leaf, host, until, busy, node, index))
             model_of[gpu_id] = model
         return cls(slots, model_of)
 
@@ -103,7 +104,7 @@ class FreeIndex:
 
     def take(self, *, gpu_model: str, count: int, max_price: int, ends_at: datetime,
              level: str | None, required: bool, keep=None, prefer=None
-             ) -> list[leasing.GpuChoice] | None:
+             ) -> list[Slot] | None:
         """`count` GPUs for a lease, or None. `keep`: the domain (at `level`) its staying GPUs
         share, which the replacements must share too when the constraint is required (a
         preferred one tries it first, then the cheapest anywhere). With nothing staying, a
@@ -125,7 +126,7 @@ class FreeIndex:
         if chosen is None or len(chosen) < count:
             return None
         self.taken.update(s.gpu_id for s in chosen)
-        return [leasing.GpuChoice(s.gpu_id, s.price_micros) for s in chosen]
+        return chosen
 
     def _fill(self, chosen, gpu_model, count, max_price, ends_at) -> list[Slot] | None:
         ids = {s.gpu_id for s in chosen}
