@@ -1,3 +1,5 @@
+from django.utils import timezone
+
 from market import prices
 from market import services as money
 from market.models import Allocation, Lease, LeaseEvent
@@ -41,8 +43,6 @@ def fail(gpu: Gpu) -> None:
 
 
 def current_hosts(lease) -> set[str]:
-    from django.utils import timezone
-
     return set(Allocation.objects.filter(lease=lease, period__contains=timezone.now())
                .values_list("gpu__node__host__leaf", flat=True))
 
@@ -119,3 +119,37 @@ def test_a_pass_reads_the_free_gpus_once_however_many_leases_it_moves(
     assert outcome == {lease.pk: "moved" for lease in leases}
     index_reads = [q for q in captured.captured_queries if '"market_gpuprice"' in q["sql"]]
     assert len(index_reads) == 1  # one free-GPU index for the whole pass
+
+
+def test_a_replacement_taken_after_the_index_was_built_gives_way_to_the_next_free_gpu(
+        db, monkeypatch):
+    from datetime import timedelta
+
+    from market import leasing
+    from scheduler.replacement import FreeIndex
+
+    client = setup_market()
+    lease = active_lease(client)
+    first_gpu = Allocation.objects.filter(lease=lease).first().gpu
+    neighbour = Gpu.objects.filter(node__host__leaf=first_gpu.node.host.leaf).exclude(
+        node=first_gpu.node).order_by("pk")
+    rival_gpu = neighbour.first()  # the cheapest replacement, lowest id first
+    build = FreeIndex.build
+
+    def rival_wins(now):
+        index = build(now)
+        leasing.create_lease(  # another worker sells it meanwhile
+            tenant=lease.tenant, tier="on_demand", gpu_model="H100-80GB",
+            gpus=[leasing.GpuChoice(rival_gpu.pk, 2_000_000)], starts_at=now,
+            ends_at=now + timedelta(hours=1), price_micros=2_000_000,
+            max_price_micros=2_000_000, locality={}, actor="rival")
+        return index
+
+    monkeypatch.setattr(FreeIndex, "build", staticmethod(rival_wins))
+    fail(first_gpu)
+
+    assert remediation.remediate_leases() == {lease.pk: "moved"}
+    now_on = set(Allocation.objects.filter(lease=lease, period__contains=timezone.now())
+                 .values_list("gpu_id", flat=True))
+    assert rival_gpu.pk not in now_on and neighbour[1].pk in now_on
+    assert LeaseEvent.objects.filter(lease=lease, kind="moved").count() == 1
