@@ -4,7 +4,8 @@ from market import leasing
 from market.models import Allocation, LeaseEvent
 from pool import services as pool
 from pool.models import Binding, Node
-from scheduler import drain
+from scheduler import drain, events
+from scheduler.models import Event
 from tests.scheduler.test_remediation import active_lease, current_hosts, setup_market
 
 
@@ -27,6 +28,9 @@ def test_a_node_drained_in_move_mode_loses_its_lease_to_a_node_of_the_same_leaf(
     assert current_hosts(lease) == {leaf}
     event = LeaseEvent.objects.get(lease=lease, kind="moved")
     assert event.reason.startswith("node drained")
+    events.sync_events()
+    told = Event.objects.get(lease=lease, kind="lease.moved")
+    assert told.payload["reason"].startswith("node drained")
     old = Binding.objects.get(node_id=node_id, lease_ref=f"L-{lease.pk}")
     assert old.serve is False
     assert Binding.objects.filter(lease_ref=f"L-{lease.pk}", serve=True).count() == 1
