@@ -7,8 +7,11 @@ lease there and tell the nodes through their bindings. With no replacement the l
 where it is, `degraded` (an event), and the SLA credits cover the downtime.
 
 One pass builds one index of the free GPUs (`scheduler.replacement.FreeIndex`, one query) and
-takes every lease's replacements from it; `scheduler.drain` moves leases off drained nodes the
-same way (`move_off`).
+takes every lease's replacements from it. Leases are handled fifty to a transaction: locked
+together (skipping those another worker holds), moved with `market.leasing.move_many` and
+rebound with `pool.set_lease_bindings`, a few statements a chunk; if a replacement was taken
+meanwhile (the exclusion constraint refuses the chunk), that chunk is redone one lease at a
+time with `move_off`, which `scheduler.drain` uses too.
 """
 
 from __future__ import annotations
