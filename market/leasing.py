@@ -226,10 +226,11 @@ def move_many(*, moves: list[PlannedMove], actor: str = "scheduler") -> None:
                            output_field=DateTimeRangeField()))
     try:
         with transaction.atomic():
-            Allocation.objects.bulk_create([
+            # in GPU order, so two workers inserting overlapping sets wait, not deadlock
+            Allocation.objects.bulk_create(sorted((
                 Allocation(lease=m.lease, gpu_id=g.gpu_id, price_micros=g.price_micros,
                            period=DateTimeTZRange(now, m.lease.ends_at))
-                for m in moves for g in m.onto])
+                for m in moves for g in m.onto), key=lambda a: a.gpu_id))
     except IntegrityError as exc:
         if "no_gpu_in_two_overlapping_allocations" not in str(exc):
             raise

@@ -49,7 +49,7 @@ def drain_nodes(*, now: datetime | None = None) -> dict[str, list[int]]:
             lease = lock_active(lease_id)
             if lease is None:
                 continue
-            held = held_now(lease, now)
+            held = held_now(lease, timezone.now())  # as of now, under the lock
             leaving = {h.gpu_id for h in held if h.node_id in moving}
             if not leaving:
                 continue

@@ -56,7 +56,8 @@ def _broken() -> Q:
 
 
 def held_by(lease_ids: list[int], now: datetime) -> dict[int, list[Held]]:
-    """The GPUs each lease holds now, in one query."""
+    """The GPUs each lease holds at `now`, in one query (read it under the leases' locks, with
+    the time read after them)."""
     rows = Allocation.objects.filter(lease_id__in=lease_ids, period__contains=now).values_list(
         "lease_id", "gpu_id", "gpu__node_id", "gpu__index", "gpu__node__fabric__name",
         "gpu__node__host__spine", "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health",
@@ -100,10 +101,11 @@ def remediate_leases(*, now: datetime | None = None) -> dict[int, str]:
     return outcome
 
 
-def chunks(ids: list[int], size: int = CHUNK) -> list[list[int]]:
+def chunks(ids: list[int], size: int | None = None) -> list[list[int]]:
     """Leases are remediated `size` to a transaction: locked together (skipping any another
     worker holds) and moved in a few statements, so a pass over a thousand leases is short and
     the locks are held for one chunk's time only."""
+    size = size or CHUNK
     return [ids[i:i + size] for i in range(0, len(ids), size)]
 
 
@@ -111,7 +113,8 @@ def _remediate_chunk(chunk: list[int], index: FreeIndex, now: datetime) -> dict[
     leases = list(Lease.objects.select_for_update(skip_locked=True, of=("self",))
                   .select_related("order").filter(pk__in=chunk, state=Lease.State.ACTIVE)
                   .order_by("pk"))
-    held = held_by([lease.pk for lease in leases], now)
+    # read under the locks, as of now: a pass that locked them first may have moved them
+    held = held_by([lease.pk for lease in leases], timezone.now())
     outcome, planned, stuck = {}, [], []
     for lease in leases:
         broken = {h.gpu_id for h in held[lease.pk] if h.broken}
@@ -134,8 +137,8 @@ def _remediate_chunk(chunk: list[int], index: FreeIndex, now: datetime) -> dict[
                 for m, h, chosen in planned})
         outcome.update({m.lease.pk: "moved" for m, _, _ in planned})
     except leasing.GpusUnavailable:  # a target was taken meanwhile: one lease at a time
-        for move, lease_held, chosen in planned:
-            index.discard(s.gpu_id for s in chosen)
+        index.refresh(timezone.now())
+        for move, lease_held, _ in planned:
             if move_off(lease=move.lease, held=lease_held, leaving=set(move.away_from),
                         index=index, reason=move.reason):
                 outcome[move.lease.pk] = "moved"
@@ -189,18 +192,21 @@ def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIn
              reason: str) -> bool:
     """Move one lease (locked by the caller) off the GPUs `leaving`, onto replacements from
     the index inside the domain its topology constraint promised; rebind its nodes. False when
-    there is no replacement or it was taken meanwhile (the exclusion constraint said so)."""
-    chosen = _choose(lease, held, leaving, index)
-    if chosen is None:
-        return False
-    try:
-        leasing.move_gpus(lease=lease, away_from=sorted(leaving), reason=reason,
-                          onto=[leasing.GpuChoice(s.gpu_id, s.price_micros) for s in chosen])
-    except leasing.GpusUnavailable:
-        index.discard(s.gpu_id for s in chosen)
-        return False
-    rebind(lease)
-    return True
+    there is no replacement, or when one was taken meanwhile (the exclusion constraint said so)
+    even after reading the free GPUs again."""
+    for _attempt in range(2):
+        chosen = _choose(lease, held, leaving, index)
+        if chosen is None:
+            return False
+        try:
+            leasing.move_gpus(lease=lease, away_from=sorted(leaving), reason=reason,
+                              onto=[leasing.GpuChoice(s.gpu_id, s.price_micros) for s in chosen])
+        except leasing.GpusUnavailable:
+            index.refresh(timezone.now())  # stale: another worker took one; read again once
+            continue
+        rebind(lease)
+        return True
+    return False
 
 
 def rebind(lease: Lease) -> None:

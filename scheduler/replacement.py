@@ -4,8 +4,9 @@ One pass of remediation or draining builds one `FreeIndex` with a single query: 
 healthy, offered GPUs with a current price, grouped by model and by node, leaf and spine. Each
 lease then takes its replacements from the index, without asking the database again; what it
 took is gone from the index for the leases after it. The index can be stale by the time a lease
-is moved: the exclusion constraint on allocations still decides, and a lease whose move fails
-is tried again on the next pass.
+is moved (another worker took a GPU): the exclusion constraint on allocations still decides,
+and the pass reads the free GPUs again (`refresh`) and retries that lease once; a lease that
+still finds none waits for the next pass.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class FreeIndex:
     """Free priced GPUs, cheapest first, per model and per (level, domain)."""
 
     def __init__(self, slots: list[Slot], model_of: dict[int, str]):
+        self._fill_from(slots, model_of)
+
+    def _fill_from(self, slots: list[Slot], model_of: dict[int, str]) -> None:
         self.taken: set[int] = set()
         self.by_model: dict[str, list[Slot]] = defaultdict(list)
         self.by_domain: dict[tuple, list[Slot]] = defaultdict(list)
@@ -66,6 +70,14 @@ class FreeIndex:
 
     @classmethod
     def build(cls, now: datetime) -> FreeIndex:
+        return cls(*cls._read(now))
+
+    def refresh(self, now: datetime) -> None:
+        """Read the free GPUs again: a move found the index stale (another worker took one)."""
+        self._fill_from(*self._read(now))
+
+    @staticmethod
+    def _read(now: datetime) -> tuple[list[Slot], dict[int, str]]:
         """One query: offered GPUs with a current price whose offer has begun, not allocated
         now; with the start of their next allocation (a GPU is only taken for a lease that
         ends before it)."""
@@ -86,7 +98,7 @@ class FreeIndex:
         for gpu_id, price, fabric, spine, leaf, host, until, busy, model, node, index in rows:
             slots.append(Slot(gpu_id, price, fabric, spine, leaf, host, until, busy, node, index))
             model_of[gpu_id] = model
-        return cls(slots, model_of)
+        return slots, model_of
 
     def _usable(self, slots: list[Slot], max_price: int, ends_at: datetime):
         for slot in slots:
@@ -146,7 +158,3 @@ class FreeIndex:
             if len(chosen) == count:
                 return chosen
         return None
-
-    def discard(self, gpu_ids) -> None:
-        """GPUs a failed move found taken: not offered again in this pass."""
-        self.taken.update(gpu_ids)
