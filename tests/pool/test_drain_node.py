@@ -38,3 +38,20 @@ def test_an_unknown_mode_is_a_400_naming_the_field_and_nothing_changes(db):
     assert list(response.json()["error"]["fields"]) == ["mode"]
     node.refresh_from_db()
     assert node.state == "active" and node.drain_mode == "run_to_end"
+
+
+def test_an_operator_drains_nodes_moving_their_leases_from_the_admin(db, client):
+    from django.contrib.auth import get_user_model
+
+    provider_with_nodes(nodes=2)
+    Node.objects.update(state="active")
+    node = Node.objects.first()
+    client.force_login(get_user_model().objects.create_superuser("olga", "o@ibex.example", "pw"))
+
+    client.post("/admin/pool/node/", {"action": "drain_moving_leases",
+                                      "_selected_action": [node.pk]})
+
+    node.refresh_from_db()
+    assert (node.state, node.drain_mode) == ("draining", "move")
+    assert NodeStateChange.objects.filter(node=node).last().actor == "olga"
+    assert Node.objects.exclude(pk=node.pk).get().state == "active"

@@ -95,3 +95,20 @@ def test_a_move_whose_target_was_taken_meanwhile_is_skipped_and_recorded(db, mon
     assert run.moves_planned == 1 and run.moves_applied == 0
     assert run.moves[0]["why"] == "a target GPU was taken meanwhile"
     assert run.whole_free_leaves_after == 0
+
+
+def test_operators_see_each_pass_with_its_counts_in_the_admin(db, client):
+    from django.contrib.auth import get_user_model
+
+    tenant, (a1, a2, b1, b2) = layout()
+    running_lease(tenant, a1, tier="on_demand", allow_moves=False)
+    running_lease(tenant, b1)
+    defrag.defragment()
+    client.force_login(get_user_model().objects.create_superuser("olga", "o@ibex.example", "pw"))
+
+    page = client.get("/admin/scheduler/defragrun/")
+
+    assert page.status_code == 200
+    assert b"whole free leaves before" in page.content.lower()
+    run = DefragRun.objects.get()
+    assert client.get(f"/admin/scheduler/defragrun/{run.pk}/change/").status_code == 200
