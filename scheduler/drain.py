@@ -9,9 +9,10 @@ no replacement the lease stays and the next pass tries again. A lease that did n
 and every lease on a node draining in `run_to_end` mode, finishes where it is. Either way no new
 lease comes to a draining node (only active nodes' GPUs are offered).
 
-Once a draining node holds no allocation of a live lease from now on and has no binding left
-to serve, it goes `offline` (the pool's state for a node out of service; `active` again when
-the operator brings it back, or `retired`).
+Once a draining node holds no allocation of a live lease from now on and every binding on it
+has stopped (its agent's heartbeat no longer serves the lease), it goes `offline` (the pool's
+state for a node out of service; `active` again when the operator brings it back, or
+`retired`). A silent node never confirms, so it stays draining until an operator acts.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def drain_nodes(*, now: datetime | None = None) -> dict[str, list[int]]:
             moved = move_off(lease=lease, held=held, leaving=leaving, index=index,
                              reason=DRAINED_REASON)
             outcome["moved" if moved else "waiting"].append(lease_id)
-    outcome["offline"] = _take_empty_nodes_offline(now)
+    outcome["offline"] = _take_empty_nodes_offline(timezone.now())
     return outcome
 
 
@@ -65,8 +66,9 @@ def _take_empty_nodes_offline(now: datetime) -> list[int]:
     live = Allocation.objects.filter(gpu__node__state=draining,
                                      period__overlap=DateTimeTZRange(now, None)).exclude(
         lease__state__in=list(ENDED))
+    # a binding counts until its node says it stopped serving (a heartbeat without the lease)
     busy = (set(live.values_list("gpu__node_id", flat=True))
-            | set(Binding.objects.filter(node__state=draining, serve=True)
+            | set(Binding.objects.filter(node__state=draining, stopped_at__isnull=True)
                   .values_list("node_id", flat=True)))
     done = []
     for node in Node.objects.filter(state=Node.State.DRAINING).exclude(pk__in=busy):

@@ -36,7 +36,7 @@ def test_a_node_drained_in_move_mode_loses_its_lease_to_a_node_of_the_same_leaf(
     assert Binding.objects.filter(lease_ref=f"L-{lease.pk}", serve=True).count() == 1
 
 
-def test_a_drained_node_goes_offline_once_its_last_binding_stopped(db):
+def test_a_drained_node_goes_offline_once_its_agent_stopped_the_last_lease(db):
     client = setup_market()
     lease = active_lease(client, allow_moves=True)
     (node_id,) = nodes_of(lease)
@@ -44,10 +44,12 @@ def test_a_drained_node_goes_offline_once_its_last_binding_stopped(db):
     pool.drain_node(node=node, actor="operator", mode="move")
 
     first = drain.drain_nodes()
-    Binding.objects.filter(node=node, serve=False).update(stopped_at=timezone.now())
+    pool.record_heartbeat(node=node, gpus=[{"index": i} for i in range(8)], ib_ports=[],
+                          serving=[])  # the agent stopped the lease
     second = drain.drain_nodes()
 
-    assert node_id in first["offline"] or node_id in second["offline"]
+    assert first["moved"] == [lease.pk] and first["offline"] == []
+    assert second["offline"] == [node_id]
     node.refresh_from_db()
     assert node.state == "offline"
     assert node.state_changes.last().reason == "drained (move): no lease left"
