@@ -243,6 +243,13 @@ PAYOUT_MINIMUM_MICROS = env_int("PAYOUT_MINIMUM_MICROS", 25_000_000)
 TOP_UP_MIN_MICROS = env_int("TOP_UP_MIN_MICROS", 5_000_000)
 TOP_UP_MAX_MICROS = env_int("TOP_UP_MAX_MICROS", 10_000_000_000)
 STRIPE_PUBLISHABLE_KEY = os.environ.get("STRIPE_PUBLISHABLE_KEY", "")
+# Stripe.js, for the card element of the top-up page. Stripe requires it be loaded from
+# js.stripe.com, so it is, but only when real keys are configured; with none (offline, demos)
+# the page loads nothing from outside. Tests point it at the fake Stripe's /v3/.
+STRIPE_JS_URL = os.environ.get(
+    "STRIPE_JS_URL",
+    "https://js.stripe.com/v3/" if STRIPE_PUBLISHABLE_KEY.startswith(("pk_live_", "pk_test_"))
+    else "")
 STRIPE_CONNECT_RETURN_URL = os.environ.get("STRIPE_CONNECT_RETURN_URL",
                                            "https://ibex.example/provider/payouts/done")
 STRIPE_CONNECT_REFRESH_URL = os.environ.get("STRIPE_CONNECT_REFRESH_URL",

@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from django.db.models import Count, Q
 
 from pool import services
 from pool.models import (
@@ -37,13 +38,30 @@ class StateChangeInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "provider", "fabric", "gpu_model", "state", "drain_mode",
-                    "health", "last_heartbeat_at"]
+    list_display = ["hostname", "provider", "fabric", "leaf", "gpu_model", "gpus", "gpus_unhealthy",
+                    "state", "drain_mode", "health", "last_heartbeat_at", "state_changed_at"]
     list_filter = ["state", "health", "gpu_model", "fabric", "provider"]
-    search_fields = ["hostname", "provider__slug"]
-    list_select_related = ["provider", "fabric", "gpu_model"]
-    readonly_fields = ["state", "drain_mode", "health", "last_heartbeat_at", "healthy_since", "token_prefix",
-                       "token_hash", "state_changed_at", "created_at"]
+    search_fields = ["hostname", "provider__slug", "host__leaf"]
+    list_select_related = ["provider", "fabric", "gpu_model", "host"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            gpu_count=Count("gpus", distinct=True),
+            gpu_unhealthy=Count("gpus", distinct=True, filter=~Q(gpus__health=Gpu.Health.OK)))
+
+    @admin.display(description="leaf", ordering="host__leaf")
+    def leaf(self, node):
+        return node.host.leaf
+
+    @admin.display(description="GPUs", ordering="gpu_count")
+    def gpus(self, node):
+        return node.gpu_count
+
+    @admin.display(description="GPUs not ok", ordering="gpu_unhealthy")
+    def gpus_unhealthy(self, node):
+        return node.gpu_unhealthy
+    readonly_fields = ["state", "drain_mode", "health", "last_heartbeat_at", "healthy_since",
+                       "token_prefix", "token_hash", "state_changed_at", "created_at"]
     inlines = [GpuInline, StateChangeInline]
     actions = ["drain", "drain_moving_leases", "take_offline", "retire"]
 
