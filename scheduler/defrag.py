@@ -76,9 +76,10 @@ def snapshot(now: datetime) -> tuple[list[core.NodeView], list[core.LeaseView]]:
         by_node[node_id].append(core.GpuSlot(
             id=gpu_id, healthy=health == Gpu.Health.OK, price_micros=prices.get(gpu_id),
             free_until=min(ends).timestamp() if ends else None))
-        labels[node_id] = (f"{fabric}/{leaf}", model)
+        labels[node_id] = (f"{fabric}/{leaf}", model, fabric)
     nodes = [core.NodeView(name=str(node_id), leaf=labels[node_id][0],
-                           gpu_model=labels[node_id][1], gpus=tuple(slots))
+                           gpu_model=labels[node_id][1], gpus=tuple(slots),
+                           fabric=labels[node_id][2])
              for node_id, slots in by_node.items()]
     leases = [core.LeaseView(id=lease.pk, gpu_model=lease.gpu_model,
                              gpus=frozenset(held[lease.pk]), movable=movable(lease),

@@ -185,7 +185,9 @@ def _choose(lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex
         gpu_model=lease.gpu_model, count=len(leaving), max_price=lease.max_price_micros,
         ends_at=lease.ends_at, level=level, required=bool(topology.get("required")),
         keep=_single({h.domain(level) for h in staying}) if staying else None,
-        prefer=_single({h.domain(level) for h in held}))
+        prefer=_single({h.domain(level) for h in held}),
+        fabric=_single({h.fabric for h in staying}),
+        prefer_fabric=_single({h.fabric for h in held}))
 
 
 def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,

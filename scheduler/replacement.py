@@ -37,7 +37,8 @@ class Slot:
     index: int = 0
 
     def domain(self, level: str) -> tuple[str, str]:
-        return (self.fabric, {"node": self.host, "leaf": self.leaf, "spine": self.spine}[level])
+        return (self.fabric, {"node": self.host, "leaf": self.leaf, "spine": self.spine,
+                              "fabric": self.fabric}[level])
 
     def free_until(self, end: datetime) -> bool:
         return ((self.offered_until is None or self.offered_until >= end)
@@ -58,13 +59,11 @@ class FreeIndex:
 
     def _fill_from(self, slots: list[Slot], model_of: dict[int, str]) -> None:
         self.taken: set[int] = set()
-        self.by_model: dict[str, list[Slot]] = defaultdict(list)
         self.by_domain: dict[tuple, list[Slot]] = defaultdict(list)
         self.domains: dict[tuple, set] = defaultdict(set)
         for slot in sorted(slots, key=lambda s: (s.price_micros, s.gpu_id)):
             model = model_of[slot.gpu_id]
-            self.by_model[model].append(slot)
-            for level in LEVELS:
+            for level in (*LEVELS, "fabric"):
                 self.by_domain[(model, level, slot.domain(level))].append(slot)
                 self.domains[(model, level)].add(slot.domain(level))
 
@@ -115,39 +114,52 @@ class FreeIndex:
         return found
 
     def take(self, *, gpu_model: str, count: int, max_price: int, ends_at: datetime,
-             level: str | None, required: bool, keep=None, prefer=None
-             ) -> list[Slot] | None:
+             level: str | None, required: bool, keep=None, prefer=None, fabric=None,
+             prefer_fabric=None) -> list[Slot] | None:
         """`count` GPUs for a lease, or None. `keep`: the domain (at `level`) its staying GPUs
         share, which the replacements must share too when the constraint is required (a
-        preferred one tries it first, then the cheapest anywhere). With nothing staying, a
+        preferred one tries it first, then the cheapest elsewhere). With nothing staying, a
         required constraint still needs one domain for all of them: `prefer` (where the lease
-        was) first, then any."""
+        was) first, then any. Whatever the constraint, a lease never spans two fabrics (no
+        InfiniBand joins them): replacements come from `fabric`, its staying GPUs' fabric, or
+        with nothing staying from one fabric, `prefer_fabric` first."""
+        fabrics = [fabric] if fabric else sorted(
+            (d[0] for d in self.domains.get((gpu_model, "fabric"), ())),
+            key=lambda f: (f != prefer_fabric, f))
         chosen: list[Slot] | None = None
         if level in LEVELS and keep is not None:
             chosen = self._cheapest(self.by_domain.get((gpu_model, level, keep), []), count,
                                     max_price, ends_at)
             if len(chosen) < count:
                 chosen = None if required else self._fill(chosen, gpu_model, count, max_price,
-                                                          ends_at)
+                                                          ends_at, fabrics)
         elif level in LEVELS:
             chosen = self._one_domain(gpu_model, level, count, max_price, ends_at, prefer)
             if chosen is None and not required:
-                chosen = self._fill([], gpu_model, count, max_price, ends_at)
+                chosen = self._fill([], gpu_model, count, max_price, ends_at, fabrics)
         else:
-            chosen = self._fill([], gpu_model, count, max_price, ends_at)
+            chosen = self._fill([], gpu_model, count, max_price, ends_at, fabrics)
         if chosen is None or len(chosen) < count:
             return None
         self.taken.update(s.gpu_id for s in chosen)
         return chosen
 
-    def _fill(self, chosen, gpu_model, count, max_price, ends_at) -> list[Slot] | None:
+    def _fill(self, chosen, gpu_model, count, max_price, ends_at, fabrics
+              ) -> list[Slot] | None:
+        """`chosen` topped up with the cheapest usable GPUs of the first fabric that has
+        enough."""
         ids = {s.gpu_id for s in chosen}
-        for slot in self._usable(self.by_model.get(gpu_model, []), max_price, ends_at):
-            if len(chosen) == count:
-                break
-            if slot.gpu_id not in ids:
-                chosen = [*chosen, slot]
-        return chosen if len(chosen) == count else None
+        for fabric in fabrics:
+            found = list(chosen)
+            for slot in self._usable(self.by_domain.get((gpu_model, "fabric", (fabric, fabric)),
+                                                        []), max_price, ends_at):
+                if len(found) == count:
+                    break
+                if slot.gpu_id not in ids:
+                    found.append(slot)
+            if len(found) == count:
+                return found
+        return None
 
     def _one_domain(self, gpu_model, level, count, max_price, ends_at, prefer):
         domains = sorted(self.domains.get((gpu_model, level), ()),

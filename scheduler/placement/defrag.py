@@ -10,8 +10,9 @@ node on it is. The planner takes one movable lease at a time, frees its GPUs in 
 tries every target it may go to: one node, or one leaf (packed two ways: the fullest nodes
 first, or the fewest nodes). A target is allowed when its GPUs are of the lease's model, free
 and healthy, priced within the lease's limit and free until the lease ends (or already the
-lease's own), and when the lease ends no farther apart than it was (a lease on one node stays
-on one node; any other goes to one node or one leaf), so no topology constraint is ever broken.
+lease's own), in the lease's fabric, and when the lease ends no farther apart than it was (a
+lease on one node stays on one node; any other goes to one node or one leaf), so no topology
+constraint is ever broken.
 
 Targets are compared by what the whole pool gains, in this order: whole free leaves, whole free
 nodes, fewer leaves the lease spans, fewer nodes it spans, free GPUs gathered in fewer leaves
@@ -38,9 +39,10 @@ class GpuSlot:
 @dataclass(frozen=True)
 class NodeView:
     name: str
-    leaf: str
+    leaf: str  # unique across fabrics ("fabric/leaf")
     gpu_model: str
     gpus: tuple[GpuSlot, ...]
+    fabric: str = ""  # a lease never leaves its fabric
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,9 @@ class _Pool:
 def _targets(pool: _Pool, lease: LeaseView):
     """Every allowed target: one node; or one leaf unless the lease sits on one node."""
     count = len(lease.gpus)
-    usable = {name: pool.usable(lease, node) for name, node in pool.nodes.items()}
+    fabrics = {pool.nodes[pool.node_of[g]].fabric for g in lease.gpus}
+    usable = {name: pool.usable(lease, node) if {node.fabric} == fabrics else []
+              for name, node in pool.nodes.items()}
     for gpus in usable.values():
         if len(gpus) >= count:
             yield set(gpus[:count])

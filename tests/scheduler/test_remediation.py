@@ -153,3 +153,19 @@ def test_a_replacement_taken_after_the_index_was_built_gives_way_to_the_next_fre
                  .values_list("gpu_id", flat=True))
     assert rival_gpu.pk not in now_on and neighbour[1].pk in now_on
     assert LeaseEvent.objects.filter(lease=lease, kind="moved").count() == 1
+
+
+def test_a_replacement_never_comes_from_another_fabric(db):
+    client = setup_market()
+    lease = active_lease(client, gpus=16, topology={"preferred": "leaf"})  # one leaf of "lab"
+    active_lease(client, gpus=16, topology={"required": "leaf"})  # the other leaf of "lab"
+    other = provider_with_nodes(slug="cheap-provider", nodes=2, fabric="lab2")
+    Node.objects.update(state="active")
+    prices.set_prices(provider=other, scope={"fabric": "lab2"}, price_micros=1_000_000,
+                      actor="t")  # free and cheaper, but no InfiniBand reaches it
+
+    fail(Allocation.objects.filter(lease=lease).first().gpu)
+
+    assert remediation.remediate_leases() == {lease.pk: "degraded"}
+    assert set(Allocation.objects.filter(lease=lease).values_list(
+        "gpu__node__fabric__name", flat=True)) == {"lab"}

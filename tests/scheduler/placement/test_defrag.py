@@ -161,3 +161,11 @@ def test_a_failed_gpu_is_neither_free_nor_a_target():
 
     assert plan.before.whole_free_nodes == 1  # b2 only
     assert plan.moves == ()  # a2 has 7 usable GPUs, not 8
+
+
+def test_a_lease_never_leaves_its_fabric():
+    nodes = [NodeView(n.name, n.leaf, n.gpu_model, n.gpus, fabric=n.leaf[0])
+             for n in layout({"A1": ["a1", "a2"], "B1": ["b1", "b2"]})]
+    leases = [lease(1, on(nodes, "a1", 8), movable=False), lease(2, on(nodes, "b1", 8))]
+
+    assert plan_defrag(nodes, leases).moves == ()  # a2 is free, but in fabric A
