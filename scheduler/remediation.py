@@ -97,7 +97,7 @@ def remediate_leases(*, now: datetime | None = None) -> dict[int, str]:
     index = FreeIndex.build(now)
     for chunk in chunks(affected):
         with transaction.atomic():
-            outcome.update(_remediate_chunk(chunk, index, now))
+            outcome.update(_remediate_chunk(chunk, index))
     return outcome
 
 
@@ -109,7 +109,7 @@ def chunks(ids: list[int], size: int | None = None) -> list[list[int]]:
     return [ids[i:i + size] for i in range(0, len(ids), size)]
 
 
-def _remediate_chunk(chunk: list[int], index: FreeIndex, now: datetime) -> dict[int, str]:
+def _remediate_chunk(chunk: list[int], index: FreeIndex) -> dict[int, str]:
     leases = list(Lease.objects.select_for_update(skip_locked=True, of=("self",))
                   .select_related("order").filter(pk__in=chunk, state=Lease.State.ACTIVE)
                   .order_by("pk"))
@@ -129,6 +129,18 @@ def _remediate_chunk(chunk: list[int], index: FreeIndex, now: datetime) -> dict[
                 lease=lease, away_from=sorted(broken),
                 onto=[leasing.GpuChoice(s.gpu_id, s.price_micros) for s in chosen],
                 reason="moved off failed GPUs"), held[lease.pk], chosen))
+    if planned:
+        stuck += _move(planned, index, outcome)
+    _degrade(stuck)
+    outcome.update({lease.pk: "degraded" for lease, _ in stuck})
+    return outcome
+
+
+def _move(planned: list, index: FreeIndex, outcome: dict[int, str]) -> list:
+    """Apply a chunk's moves together; if a target was taken meanwhile (the exclusion
+    constraint refused them), read the free GPUs again and move the leases one at a time.
+    Returns the leases left without a replacement."""
+    stuck = []
     try:
         with transaction.atomic():
             leasing.move_many(moves=[m for m, _, _ in planned])
@@ -136,7 +148,7 @@ def _remediate_chunk(chunk: list[int], index: FreeIndex, now: datetime) -> dict[
                 f"L-{m.lease.pk}": _bindings_after(h, set(m.away_from), chosen)
                 for m, h, chosen in planned})
         outcome.update({m.lease.pk: "moved" for m, _, _ in planned})
-    except leasing.GpusUnavailable:  # a target was taken meanwhile: one lease at a time
+    except leasing.GpusUnavailable:
         index.refresh(timezone.now())
         for move, lease_held, _ in planned:
             if move_off(lease=move.lease, held=lease_held, leaving=set(move.away_from),
@@ -144,13 +156,13 @@ def _remediate_chunk(chunk: list[int], index: FreeIndex, now: datetime) -> dict[
                 outcome[move.lease.pk] = "moved"
             else:
                 stuck.append((move.lease, set(move.away_from)))
-    _degrade(stuck)
-    outcome.update({lease.pk: "degraded" for lease, _ in stuck})
-    return outcome
+    return stuck
 
 
 def _degrade(stuck: list[tuple[Lease, set[int]]]) -> None:
     """One `degraded` event per lease left on broken GPUs (none if it already has one)."""
+    if not stuck:
+        return
     told = set(LeaseEvent.objects.filter(lease__in=[lease for lease, _ in stuck],
                                          kind="degraded").values_list("lease_id", flat=True))
     LeaseEvent.objects.bulk_create([
