@@ -177,7 +177,8 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
     if locked.state not in (S.ACTIVE, S.PREEMPTING):
         raise LeaseTransitionError(f"a {locked.state} lease is not moved")
     now = timezone.now()
-    for allocation in Allocation.objects.filter(lease=locked, gpu_id__in=away_from):
+    for allocation in Allocation.objects.filter(lease=locked, gpu_id__in=away_from,
+                                                period__overlap=DateTimeTZRange(now, None)):
         if allocation.period.lower >= now:
             allocation.delete()
         else:
@@ -220,7 +221,9 @@ def move_many(*, moves: list[PlannedMove], actor: str = "scheduler") -> None:
     leaving = Q()
     for move in moves:
         leaving |= Q(lease_id=move.lease.pk, gpu_id__in=move.away_from)
-    cut = Allocation.objects.filter(leaving)
+    # only what is in force now or later: an allocation of the same GPU that already ended
+    # (the lease left it before) stays as it is
+    cut = Allocation.objects.filter(leaving, period__overlap=DateTimeTZRange(now, None))
     cut.filter(period__startswith__gte=now).delete()
     cut.update(period=Func(Func(F("period"), function="lower"), Value(now), function="tstzrange",
                            output_field=DateTimeRangeField()))

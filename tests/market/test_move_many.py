@@ -53,3 +53,22 @@ def test_one_taken_target_moves_nothing(db):
 
     assert held(first) == {gpus[0].pk} and held(second) == {gpus[1].pk}
     assert not LeaseEvent.objects.filter(kind="moved").exists()
+
+
+def test_a_lease_can_leave_a_gpu_it_came_back_to(db):
+    gpus = gpus_of(provider_with_nodes())
+    lease = active(lease_on(make_org("acme-ai", "tenant"), gpus[0:1]))
+
+    def move(away, onto):
+        leasing.move_many(moves=[leasing.PlannedMove(
+            lease=lease, away_from=[away.pk], onto=[leasing.GpuChoice(onto.pk, 2_000_000)],
+            reason="test")])
+
+    move(gpus[0], gpus[1])
+    move(gpus[1], gpus[0])
+    first = Allocation.objects.filter(lease=lease, gpu=gpus[0]).order_by("id").first().period
+    move(gpus[0], gpus[1])  # the first stay on gpus[0] is history: left as it was
+
+    assert held(lease) == {gpus[1].pk}
+    assert Allocation.objects.filter(lease=lease, gpu=gpus[0]).order_by("id").first().period \
+        == first
