@@ -194,6 +194,7 @@ SPECTACULAR_SETTINGS = {
         "ProviderState": "ibex.accounts.models.ProviderProfile.State",
         "NodeState": "pool.models.Node.State",
         "NodeHealth": "pool.models.Node.Health",
+        "NodeDrainMode": "pool.models.Node.DrainMode",
         "GpuHealth": "pool.models.Gpu.Health",
         "LocalityLevel": "market.api_trading.LOCALITY_LEVELS",
     },
@@ -287,7 +288,11 @@ CELERY_BEAT_SCHEDULE.update({
     "requeue-unplaced-leases": {"task": "scheduler.requeue_unplaced_leases", "schedule": 30.0},
     "fail-stuck-leases": {"task": "scheduler.fail_stuck_leases", "schedule": 30.0},
     "remediate-leases": {"task": "scheduler.remediate_leases", "schedule": 15.0},
+    "drain-nodes": {"task": "scheduler.drain_nodes", "schedule": 15.0},
+    "defragment": {"task": "scheduler.defragment",
+                   "schedule": float(env_int("DEFRAG_INTERVAL_S", 300))},
 })
+DEFRAG_MAX_MOVES = env_int("DEFRAG_MAX_MOVES", 20)  # leases moved per defragmentation pass
 
 # --- market -------------------------------------------------------------------------------------
 AUCTION_INTERVAL_S = env_int("AUCTION_INTERVAL_S", 60)

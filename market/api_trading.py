@@ -134,7 +134,7 @@ class LeaseSerializer(serializers.ModelSerializer):
         model = Lease
         fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
-                  "preempt_at", "created_at", "events"]
+                  "preempt_at", "allow_moves", "created_at", "events"]
 
     @extend_schema_field(LeaseGpuSerializer(many=True))
     def get_gpus(self, lease) -> list[dict]:
@@ -235,6 +235,10 @@ class OrderCreateSerializer(StrictSerializer):
                                   help_text="your quota queue in that pool (if you have several)")
     priority = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=0,
                                         help_text="private pools: higher is admitted first")
+    allow_moves = serializers.BooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="let the scheduler move the lease for planned work (draining a node, "
+                  "defragmentation); default: true for spot, false for on-demand and reserved")
 
     def validate_max_price_per_gpu_hour(self, micros):
         if micros < 0:
@@ -257,6 +261,7 @@ class OrderCreateSerializer(StrictSerializer):
             start_latest=window.get("latest"), fill=data["fill"],
             idempotency_key=idempotency_key, pool=data["pool"], queue=data["queue"],
             priority=data["priority"],
+            allow_moves=data["allow_moves"],
         )
 
 
@@ -271,7 +276,7 @@ class OrderSerializer(serializers.ModelSerializer):
         model = Order
         fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
                   "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
-                  "priority", "queue_position", "created_at"]
+                  "priority", "queue_position", "allow_moves", "created_at"]
 
     @extend_schema_field(StartWindowSerializer(allow_null=True))
     def get_start_window(self, order) -> dict | None:

@@ -151,7 +151,7 @@ def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
         max_price_micros=order.max_price_micros,
         locality={"leaves": len({(k[0], k[2]) for k in keys}),
                   "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)},
-        actor="market",
+        actor="market", allow_moves=order.allow_moves,
     )
 
 

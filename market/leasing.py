@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.contrib.postgres.fields import DateTimeRangeField
 from django.db import IntegrityError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+from django.db.models import F, Func, Q, Value
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
@@ -100,12 +102,13 @@ def _release_from(lease: Lease, moment: datetime) -> None:
 @transaction.atomic
 def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[GpuChoice],
                  starts_at: datetime, ends_at: datetime, price_micros: int,
-                 max_price_micros: int, locality: dict, actor: str) -> Lease:
+                 max_price_micros: int, locality: dict, actor: str,
+                 allow_moves: bool = False) -> Lease:
     """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable."""
     lease = Lease.objects.create(
         tenant=tenant, tier=tier, gpu_model=gpu_model, gpu_count=len(gpus),
         price_micros=price_micros, max_price_micros=max_price_micros, starts_at=starts_at,
-        ends_at=ends_at, locality=locality,
+        ends_at=ends_at, locality=locality, allow_moves=allow_moves,
     )
     LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason="won")
     period = DateTimeTZRange(starts_at, ends_at)
@@ -178,7 +181,8 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
     if locked.state not in (S.ACTIVE, S.PREEMPTING):
         raise LeaseTransitionError(f"a {locked.state} lease is not moved")
     now = timezone.now()
-    for allocation in Allocation.objects.filter(lease=locked, gpu_id__in=away_from):
+    for allocation in Allocation.objects.filter(lease=locked, gpu_id__in=away_from,
+                                                period__overlap=DateTimeTZRange(now, None)):
         if allocation.period.lower >= now:
             allocation.delete()
         else:
@@ -228,3 +232,48 @@ def replace_allocations(*, lease: Lease, gpus: list[GpuChoice], gpu_model: str, 
     locked.price_micros = min(price_micros, locked.max_price_micros)
     locked.save(update_fields=["gpu_model", "locality", "price_micros"])
     return locked
+
+
+@dataclass(frozen=True)
+class PlannedMove:
+    lease: Lease  # locked by the caller
+    away_from: list[int]
+    onto: list[GpuChoice]
+    reason: str
+
+
+@transaction.atomic
+def move_many(*, moves: list[PlannedMove], actor: str = "scheduler") -> None:
+    """`move_gpus` for many leases in a handful of queries, all or nothing (a remediation pass
+    moves hundreds). The caller holds the leases' row locks. GpusUnavailable when any new GPU
+    is held meanwhile: nothing moved, and the caller can move them one by one."""
+    if not moves:
+        return
+    for move in moves:
+        if move.lease.state not in (S.ACTIVE, S.PREEMPTING):
+            raise LeaseTransitionError(f"a {move.lease.state} lease is not moved")
+    now = timezone.now()
+    leaving = Q()
+    for move in moves:
+        leaving |= Q(lease_id=move.lease.pk, gpu_id__in=move.away_from)
+    # only what is in force now or later: an allocation of the same GPU that already ended
+    # (the lease left it before) stays as it is
+    cut = Allocation.objects.filter(leaving, period__overlap=DateTimeTZRange(now, None))
+    cut.filter(period__startswith__gte=now).delete()
+    cut.update(period=Func(Func(F("period"), function="lower"), Value(now), function="tstzrange",
+                           output_field=DateTimeRangeField()))
+    try:
+        with transaction.atomic():
+            # in GPU order, so two workers inserting overlapping sets wait, not deadlock
+            Allocation.objects.bulk_create(sorted((
+                Allocation(lease=m.lease, gpu_id=g.gpu_id, price_micros=g.price_micros,
+                           period=DateTimeTZRange(now, m.lease.ends_at))
+                for m in moves for g in m.onto), key=lambda a: a.gpu_id))
+    except IntegrityError as exc:
+        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable("a replacement GPU was taken meanwhile") from None
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(lease=m.lease, kind="moved", actor=actor,
+                   reason=f"{m.reason}: GPUs {sorted(m.away_from)} → "
+                          f"{sorted(g.gpu_id for g in m.onto)}") for m in moves])

@@ -463,6 +463,9 @@ class Lease(models.Model):
                                    on_delete=models.PROTECT, related_name="leases",
                                    help_text="private pools: the queue whose quota it uses")
     priority = models.IntegerField(default=0)
+    allow_moves = models.BooleanField(
+        default=False, help_text="the tenant lets the scheduler move it for planned work "
+                                 "(draining a node, defragmentation)")
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -550,6 +553,8 @@ class Order(models.Model):
     start_earliest = models.DateTimeField(null=True, blank=True)
     start_latest = models.DateTimeField(null=True, blank=True)
     fill = models.CharField(max_length=12, choices=Fill.choices, default=Fill.FILL_OR_KILL)
+    allow_moves = models.BooleanField(default=False,
+                                      help_text="passed on to its lease (Lease.allow_moves)")
     state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
     reason = models.CharField(max_length=500, blank=True)
     lease = models.OneToOneField(Lease, null=True, blank=True, on_delete=models.SET_NULL,

@@ -63,6 +63,15 @@ class OrderRequest:
     pool: str = ""  # a private pool: priced in quota (market.pool_orders)
     queue: str = ""
     priority: int = 0
+    allow_moves: bool | None = None  # None: spot leases may be moved, others not
+
+
+def allows_moves(request: OrderRequest) -> bool:
+    """The tenant's consent to planned moves; by default a spot lease consents (it is
+    interruptible anyway) and an on-demand or reserved one does not."""
+    if request.allow_moves is not None:
+        return request.allow_moves
+    return request.tier == Lease.Tier.SPOT
 
 
 def order_ref(order: Order) -> str:
@@ -138,7 +147,7 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) ->
         gpus=request.gpus, hours=request.hours, tier=request.tier,
         max_price_micros=request.max_price_micros, topology=request.topology,
         start_earliest=request.start_earliest, start_latest=request.start_latest,
-        fill=request.fill, priority=request.priority,
+        fill=request.fill, priority=request.priority, allow_moves=allows_moves(request),
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
     cost = max_cost_micros(request)
@@ -295,6 +304,7 @@ def _lease_for(order: Order, found: FoundGpus, start, end, actor) -> Lease:
         tenant=order.tenant, tier=order.tier, gpu_model=found.gpu_model, gpus=found.choices(),
         starts_at=start, ends_at=end, price_micros=found.price_micros(order.max_price_micros),
         max_price_micros=order.max_price_micros, locality=found.locality(), actor=actor,
+        allow_moves=order.allow_moves,
     )
 
 

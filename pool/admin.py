@@ -41,7 +41,7 @@ class StateChangeInline(admin.TabularInline):
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
     list_display = ["hostname", "provider", "fabric", "leaf", "gpu_model", "gpus", "gpus_unhealthy",
-                    "state", "health", "last_heartbeat_at", "state_changed_at"]
+                    "state", "drain_mode", "health", "last_heartbeat_at", "state_changed_at"]
     list_filter = ["state", "health", "gpu_model", "fabric", "provider"]
     search_fields = ["hostname", "provider__slug", "host__leaf"]
     list_select_related = ["provider", "fabric", "gpu_model", "host"]
@@ -62,10 +62,10 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.display(description="GPUs not ok", ordering="gpu_unhealthy")
     def gpus_unhealthy(self, node):
         return node.gpu_unhealthy
-    readonly_fields = ["state", "health", "last_heartbeat_at", "healthy_since", "token_prefix",
-                       "token_hash", "state_changed_at", "created_at"]
+    readonly_fields = ["state", "drain_mode", "health", "last_heartbeat_at", "healthy_since",
+                       "token_prefix", "token_hash", "state_changed_at", "created_at"]
     inlines = [GpuInline, StateChangeInline]
-    actions = ["drain", "take_offline", "retire"]
+    actions = ["drain", "drain_moving_leases", "take_offline", "retire"]
 
     def _change(self, request, queryset, to_state, reason):
         for node in queryset:
@@ -75,9 +75,21 @@ class NodeAdmin(admin.ModelAdmin):
             except services.NodeTransitionError as exc:
                 self.message_user(request, f"{node}: {exc}", messages.WARNING)
 
-    @admin.action(description="Drain selected nodes (take no new leases)")
+    def _drain(self, request, queryset, mode):
+        for node in queryset:
+            try:
+                services.drain_node(node=node, actor=request.user.username, mode=mode,
+                                    reason="drained by an operator")
+            except services.NodeTransitionError as exc:
+                self.message_user(request, f"{node}: {exc}", messages.WARNING)
+
+    @admin.action(description="Drain selected nodes: no new leases, running ones finish here")
     def drain(self, request, queryset):
-        self._change(request, queryset, Node.State.DRAINING, "drained by an operator")
+        self._drain(request, queryset, Node.DrainMode.RUN_TO_END)
+
+    @admin.action(description="Drain selected nodes: no new leases, move running ones off")
+    def drain_moving_leases(self, request, queryset):
+        self._drain(request, queryset, Node.DrainMode.MOVE)
 
     @admin.action(description="Take selected nodes offline")
     def take_offline(self, request, queryset):

@@ -49,13 +49,20 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["id", "hostname", "fabric", "gpu_model", "cpu_cores", "memory_gib", "os",
-                  "driver_version", "state", "health", "heartbeat_interval_s",
+                  "driver_version", "state", "drain_mode", "health", "heartbeat_interval_s",
                   "last_heartbeat_at", "created_at", "gpus"]
 
     @extend_schema_field(NodeGpuSerializer(many=True))
     def get_gpus(self, node) -> list[dict]:
         gpus = self.context.get("gpus")
         return NodeGpuSerializer(node.gpus.all() if gpus is None else gpus, many=True).data
+
+
+class DrainSerializer(StrictSerializer):
+    mode = serializers.ChoiceField(
+        choices=Node.DrainMode.choices, default=Node.DrainMode.RUN_TO_END,
+        help_text="move: leases whose tenant allowed moves are moved off at the scheduler's next "
+                  "pass; run_to_end: they finish here. Either way no new lease comes.")
 
 
 class RegisteredNodeSerializer(NodeSerializer):
@@ -213,12 +220,16 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return Response({"nodes": self._register([s.to_spec() for s in specs])},
                         status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses=NodeSerializer, summary="Drain: take no new leases")
+    @extend_schema(request=DrainSerializer, responses=NodeSerializer,
+                   summary="Drain: take no new leases; move the running ones or let them end")
     @action(detail=True, methods=["post"])
     def drain(self, request, pk=None):
         node = self.get_object()
+        form = DrainSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
         try:
-            services.drain_node(node=node, actor=request.user.get_username())
+            services.drain_node(node=node, actor=request.user.get_username(),
+                                mode=form.validated_data["mode"])
         except services.NodeTransitionError as exc:
             raise ApiError(str(exc), code="invalid_state", status_code=409) from None
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)

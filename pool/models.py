@@ -42,6 +42,10 @@ class Node(models.Model):
         REACHABLE = "reachable"
         UNREACHABLE = "unreachable"
 
+    class DrainMode(models.TextChoices):
+        MOVE = "move", "move leases off at the next safe point"
+        RUN_TO_END = "run_to_end", "let leases run to their end"
+
     provider = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="nodes")
     fabric = models.ForeignKey(Fabric, on_delete=models.PROTECT, related_name="nodes")
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="nodes")
@@ -53,6 +57,9 @@ class Node(models.Model):
     driver_version = models.CharField(max_length=50, blank=True)
     state = models.CharField(max_length=12, choices=State.choices, default=State.REGISTERING)
     health = models.CharField(max_length=12, choices=Health.choices, default=Health.REACHABLE)
+    drain_mode = models.CharField(max_length=12, choices=DrainMode.choices,
+                                  default=DrainMode.RUN_TO_END,
+                                  help_text="what happens to its leases while it drains")
     heartbeat_interval_s = models.PositiveIntegerField(default=15)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     healthy_since = models.DateTimeField(null=True, blank=True,

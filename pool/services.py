@@ -196,8 +196,19 @@ def change_node_state(*, node: Node, to_state: str, actor: str, reason: str) -> 
     return locked
 
 
-def drain_node(*, node: Node, actor: str, reason: str = "drained") -> Node:
-    return change_node_state(node=node, to_state=S.DRAINING, actor=actor, reason=reason)
+@transaction.atomic
+def drain_node(*, node: Node, actor: str, mode: str = Node.DrainMode.RUN_TO_END,
+               reason: str = "drained") -> Node:
+    """Take no new leases. `move`: the scheduler moves the leases off at its next pass (those
+    whose tenant allowed moves); `run_to_end`: they finish here. Either way the scheduler takes
+    the node offline once nothing runs on it (`scheduler.drain`)."""
+    if mode not in Node.DrainMode.values:
+        raise NodeTransitionError(f"unknown drain mode {mode!r}")
+    locked = change_node_state(node=node, to_state=S.DRAINING, actor=actor,
+                               reason=f"{reason} ({mode})")
+    locked.drain_mode = mode
+    locked.save(update_fields=["drain_mode"])
+    return locked
 
 
 # --- heartbeats and health --------------------------------------------------------------------
@@ -386,6 +397,36 @@ def bind_lease(*, node: Node, lease_ref: str, gpu_indexes: list[int]) -> Binding
 @transaction.atomic
 def unbind_lease(*, node: Node, lease_ref: str) -> None:
     Binding.objects.filter(node=node, lease_ref=lease_ref).update(serve=False)
+
+
+@transaction.atomic
+def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]]) -> None:
+    """What every node serves of some leases, at once (after the scheduler moved them):
+    lease ref → node id → GPU indexes. The nodes named serve those GPUs; every other node
+    serving one of these leases is told to stop. Unchanged bindings are left alone (their node
+    need not acknowledge again). A few queries however many leases."""
+    wanted = {ref: {node: sorted(ix) for node, ix in nodes.items()}
+              for ref, nodes in wanted.items()}
+    stop, changed, new = [], [], []
+    existing = {(b.lease_ref, b.node_id): b for b in
+                Binding.objects.select_for_update().filter(lease_ref__in=list(wanted))}
+    for (ref, node_id), binding in existing.items():
+        if binding.serve and node_id not in wanted[ref]:
+            stop.append(binding.pk)
+    for ref, nodes in wanted.items():
+        for node_id, indexes in nodes.items():
+            binding = existing.get((ref, node_id))
+            if binding is None:
+                new.append(Binding(node_id=node_id, lease_ref=ref, gpu_indexes=indexes))
+            elif binding.gpu_indexes != indexes or not binding.serve or binding.stopped_at:
+                binding.gpu_indexes, binding.serve, binding.stopped_at = indexes, True, None
+                changed.append(binding)
+    if stop:
+        Binding.objects.filter(pk__in=stop).update(serve=False)
+    if changed:
+        Binding.objects.bulk_update(changed, ["gpu_indexes", "serve", "stopped_at"])
+    if new:
+        Binding.objects.bulk_create(new)
 
 
 # --- provider burn-in ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@ from django.contrib import admin
 
 from market.money import to_dollars
 from scheduler.models import (
+    DefragRun,
     Event,
     LeaseSla,
     SlaCredit,
@@ -71,3 +72,11 @@ class WebhookEndpointAdmin(ReadOnlyAdmin):
     list_display = ["id", "tenant", "url", "active", "created_at"]
     list_filter = ["active"]
     exclude = ["secret"]
+
+
+@admin.register(DefragRun)
+class DefragRunAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "whole_free_leaves_before", "whole_free_leaves_after",
+                    "whole_free_nodes_before", "whole_free_nodes_after", "moves_planned",
+                    "moves_applied"]
+    date_hierarchy = "started_at"

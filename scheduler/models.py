@@ -174,3 +174,27 @@ class WebhookAttempt(models.Model):
 
     def __str__(self):
         return f"try {self.number} of delivery {self.delivery_id}"
+
+
+class DefragRun(models.Model):
+    """One defragmentation pass (`scheduler/defrag.py`): the free whole leaves and nodes before
+    and after it, and what it moved. Written once, at the end of the pass."""
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    whole_free_leaves_before = models.PositiveIntegerField()
+    whole_free_leaves_after = models.PositiveIntegerField()
+    whole_free_nodes_before = models.PositiveIntegerField()
+    whole_free_nodes_after = models.PositiveIntegerField()
+    moves_planned = models.PositiveIntegerField(default=0)
+    moves_applied = models.PositiveIntegerField(default=0)
+    moves = models.JSONField(default=list, blank=True,
+                             help_text="[{lease, away_from, onto, applied, why}]")
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        verbose_name = "defragmentation run"
+
+    def __str__(self):
+        return (f"defrag {self.started_at:%Y-%m-%d %H:%M}: whole free leaves "
+                f"{self.whole_free_leaves_before} → {self.whole_free_leaves_after}")

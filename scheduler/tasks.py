@@ -120,3 +120,24 @@ def apply_tidal_steps() -> list[int]:
     from scheduler import tidal
 
     return [run.pk for run in tidal.apply_due_steps()]
+
+
+@shared_task(name="scheduler.drain_nodes")
+def drain_nodes() -> dict:
+    """Move leases off nodes drained in `move` mode; empty draining nodes go offline."""
+    from scheduler import drain
+
+    return drain.drain_nodes()
+
+
+@shared_task(name="scheduler.defragment")
+def defragment() -> dict:
+    """Move consenting spot leases so that whole free leaves and nodes form again."""
+    from django.conf import settings
+
+    from scheduler import defrag
+
+    run = defrag.defragment(max_moves=settings.DEFRAG_MAX_MOVES)
+    return {"run": run.pk, "moves": run.moves_applied,
+            "whole_free_leaves": [run.whole_free_leaves_before, run.whole_free_leaves_after],
+            "whole_free_nodes": [run.whole_free_nodes_before, run.whole_free_nodes_after]}

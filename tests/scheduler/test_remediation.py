@@ -1,3 +1,5 @@
+from django.utils import timezone
+
 from market import prices
 from market import services as money
 from market.models import Allocation, Lease, LeaseEvent
@@ -9,11 +11,12 @@ from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
 
 
-def active_lease(client, gpus=8, topology=None) -> Lease:
-    body = client.post("/api/v1/orders/", {
-        "gpu_models": ["H100-80GB"], "gpus": gpus, "hours": 2, "tier": "on_demand",
-        "max_price_per_gpu_hour": "3.00", "topology": topology or {"required": "leaf"}},
-        format="json").json()
+def active_lease(client, gpus=8, topology=None, allow_moves=None) -> Lease:
+    order = {"gpu_models": ["H100-80GB"], "gpus": gpus, "hours": 2, "tier": "on_demand",
+             "max_price_per_gpu_hour": "3.00", "topology": topology or {"required": "leaf"}}
+    if allow_moves is not None:
+        order["allow_moves"] = allow_moves
+    body = client.post("/api/v1/orders/", order, format="json").json()
     lease = Lease.objects.get(pk=body["lease"])
     scheduler.place_lease(lease_id=lease.pk)
     Binding.objects.update(acknowledged_at=lease.created_at)
@@ -40,8 +43,6 @@ def fail(gpu: Gpu) -> None:
 
 
 def current_hosts(lease) -> set[str]:
-    from django.utils import timezone
-
     return set(Allocation.objects.filter(lease=lease, period__contains=timezone.now())
                .values_list("gpu__node__host__leaf", flat=True))
 
@@ -94,3 +95,77 @@ def test_a_preferred_leaf_is_no_promise_so_a_lease_moves_to_another_leaf_if_it_m
 
     assert remediation.remediate_leases() == {lease.pk: "moved"}
     assert len(current_hosts(lease)) == 2  # now across two leaves
+
+
+def fail_all(gpus: list[Gpu]) -> None:
+    """One heartbeat per node reporting ECC errors on these GPUs."""
+    by_node: dict = {}
+    for gpu in gpus:
+        by_node.setdefault(gpu.node, set()).add(gpu.index)
+    for node, failed in by_node.items():
+        reports = [{"index": i, **({"ecc_errors": 1} if i in failed else {})} for i in range(8)]
+        pool.record_heartbeat(node=node, gpus=reports, ib_ports=[], serving=[])
+
+
+def test_a_pass_reads_the_free_gpus_once_however_many_leases_it_moves(
+        db, django_assert_max_num_queries):
+    client = setup_market()
+    leases = [active_lease(client, gpus=1) for _ in range(6)]
+    fail_all([Allocation.objects.get(lease=lease).gpu for lease in leases])
+
+    with django_assert_max_num_queries(25) as captured:  # ~18 a lease before
+        outcome = remediation.remediate_leases()
+
+    assert outcome == {lease.pk: "moved" for lease in leases}
+    index_reads = [q for q in captured.captured_queries if '"market_gpuprice"' in q["sql"]]
+    assert len(index_reads) == 1  # one free-GPU index for the whole pass
+
+
+def test_a_replacement_taken_after_the_index_was_built_gives_way_to_the_next_free_gpu(
+        db, monkeypatch):
+    from datetime import timedelta
+
+    from market import leasing
+    from scheduler.replacement import FreeIndex
+
+    client = setup_market()
+    lease = active_lease(client)
+    first_gpu = Allocation.objects.filter(lease=lease).first().gpu
+    neighbour = Gpu.objects.filter(node__host__leaf=first_gpu.node.host.leaf).exclude(
+        node=first_gpu.node).order_by("pk")
+    rival_gpu = neighbour.first()  # the cheapest replacement, lowest id first
+    build = FreeIndex.build
+
+    def rival_wins(now):
+        index = build(now)
+        leasing.create_lease(  # another worker sells it meanwhile
+            tenant=lease.tenant, tier="on_demand", gpu_model="H100-80GB",
+            gpus=[leasing.GpuChoice(rival_gpu.pk, 2_000_000)], starts_at=now,
+            ends_at=now + timedelta(hours=1), price_micros=2_000_000,
+            max_price_micros=2_000_000, locality={}, actor="rival")
+        return index
+
+    monkeypatch.setattr(FreeIndex, "build", staticmethod(rival_wins))
+    fail(first_gpu)
+
+    assert remediation.remediate_leases() == {lease.pk: "moved"}
+    now_on = set(Allocation.objects.filter(lease=lease, period__contains=timezone.now())
+                 .values_list("gpu_id", flat=True))
+    assert rival_gpu.pk not in now_on and neighbour[1].pk in now_on
+    assert LeaseEvent.objects.filter(lease=lease, kind="moved").count() == 1
+
+
+def test_a_replacement_never_comes_from_another_fabric(db):
+    client = setup_market()
+    lease = active_lease(client, gpus=16, topology={"preferred": "leaf"})  # one leaf of "lab"
+    active_lease(client, gpus=16, topology={"required": "leaf"})  # the other leaf of "lab"
+    other = provider_with_nodes(slug="cheap-provider", nodes=2, fabric="lab2")
+    Node.objects.update(state="active")
+    prices.set_prices(provider=other, scope={"fabric": "lab2"}, price_micros=1_000_000,
+                      actor="t")  # free and cheaper, but no InfiniBand reaches it
+
+    fail(Allocation.objects.filter(lease=lease).first().gpu)
+
+    assert remediation.remediate_leases() == {lease.pk: "degraded"}
+    assert set(Allocation.objects.filter(lease=lease).values_list(
+        "gpu__node__fabric__name", flat=True)) == {"lab"}

@@ -30,9 +30,9 @@ def test_an_operator_drains_a_node(operator_admin, provider):
     operator_admin.post("/admin/pool/node/", {"action": "drain", "_selected_action": [node.pk]})
 
     node.refresh_from_db()
-    assert node.state == "draining"
+    assert (node.state, node.drain_mode) == ("draining", "run_to_end")
     change = node.state_changes.last()
-    assert (change.actor, change.reason) == ("olga-ops", "drained by an operator")
+    assert (change.actor, change.reason) == ("olga-ops", "drained by an operator (run_to_end)")
 
 
 def test_an_operator_suspends_a_provider(operator_admin, provider):
