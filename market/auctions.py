@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ibex.outbox import services as outbox
 from market import clearing, leasing
 from market.models import Clearing, Lease, Order
 from market.orders import (
@@ -105,6 +106,10 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
         order = by_id[won.bid.id]
         chosen = _gpus_taken(by_node, keys, won.reserves_micros)
         lease = _lease(order, chosen, won.price_micros, now)
+        if lease.starts_at <= now:
+            # placed at once, through the outbox like on-demand leases; a reserved lease that
+            # starts later is queued by the scheduler's sweeper once its start has come
+            outbox.enqueue("scheduler.place_lease", lease.pk)
         order.lease = lease
         _change_state(order, OS.FILLED, "market", f"won at {won.price_micros} µ$/GPU-hour")
         accepted.append({"order": order.pk, "lease": lease.pk, "gpus": order.gpus,

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from market import leasing
@@ -170,8 +171,9 @@ def requeue_unplaced_leases(*, now: datetime | None = None) -> list[int]:
     returns their ids for the caller to queue again (placement is idempotent)."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.PLACEMENT_REQUEUE_S)
-    return list(Lease.objects.filter(state=Lease.State.PENDING, state_changed_at__lt=cutoff,
-                                     starts_at__lte=now)
+    # ... and leases won for a later start whose start has come (nothing queued them yet)
+    lost_or_due = Q(state_changed_at__lt=cutoff) | Q(starts_at__gt=F("state_changed_at"))
+    return list(Lease.objects.filter(lost_or_due, state=Lease.State.PENDING, starts_at__lte=now)
                 .order_by("pk").values_list("pk", flat=True)[:1000])
 
 
@@ -181,8 +183,10 @@ def fail_stuck_leases(*, now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.PLACING_TIMEOUT_S)
     failed = []
+    # A reserved lease won for a later start is not late before it starts.
     stuck = Lease.objects.filter(state__in=[Lease.State.PENDING, Lease.State.PLACING],
-                                 state_changed_at__lt=cutoff).values_list("pk", flat=True)
+                                 state_changed_at__lt=cutoff, starts_at__lt=cutoff
+                                 ).values_list("pk", flat=True)
     for lease_id in stuck:
         with transaction.atomic():
             lease = Lease.objects.select_for_update(skip_locked=True).filter(

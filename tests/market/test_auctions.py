@@ -5,6 +5,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from ibex.outbox.models import OutboxMessage
 from market import auctions, leasing, orders, prices
 from market import services as money
 from market.models import Clearing, Lease, Order
@@ -148,6 +149,32 @@ def test_a_reserved_order_starts_at_its_window_and_expires_when_it_passes(market
 
     assert Order.objects.get(pk=reserved.pk).lease.starts_at == soon
     assert Order.objects.get(pk=late.pk).state == "expired"
+
+
+def test_a_won_spot_lease_is_queued_for_placement_at_once(market):
+    won = bid(funded_tenant("quick-ai"), 8, 3_000_000)
+
+    auctions.clear_markets()
+
+    lease = Order.objects.get(pk=won.pk).lease
+    assert list(OutboxMessage.objects.filter(task="scheduler.place_lease")
+                .values_list("args", flat=True)) == [[lease.pk]]
+
+
+def test_a_reserved_lease_for_a_later_start_waits_unfailed_and_is_queued_when_it_starts(market):
+    from scheduler import services as scheduler
+
+    soon = timezone.now() + timedelta(minutes=30)
+    reserved = bid(funded_tenant("plan-ai"), 8, 3_000_000, tier="reserved", start_earliest=soon,
+                   start_latest=soon + timedelta(hours=1))
+    auctions.clear_markets()
+    lease = Order.objects.get(pk=reserved.pk).lease
+    assert not OutboxMessage.objects.filter(task="scheduler.place_lease").exists()
+
+    assert scheduler.fail_stuck_leases(now=soon - timedelta(minutes=1)) == []
+    assert scheduler.requeue_unplaced_leases(now=soon - timedelta(minutes=1)) == []
+    assert scheduler.requeue_unplaced_leases(now=soon + timedelta(seconds=1)) == [lease.pk]
+    assert Lease.objects.get(pk=lease.pk).state == "pending"
 
 
 def test_the_markets_api_publishes_prices_and_clearings(market, api_client):
