@@ -126,3 +126,32 @@ class PriceForm(forms.Form):
         if micros > 1_000 * 1_000_000:
             raise forms.ValidationError("At most $1,000.00 per GPU-hour.")
         return micros
+
+
+class PoolOrderForm(forms.Form):
+    """An order in a private pool: priced in quota, so no price, tier or fill; the quota
+    decides when it starts (`market.pool_orders`)."""
+
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=100, required=False)
+    pool = forms.ChoiceField(label="Pool")
+    queue = forms.ChoiceField(label="Queue")
+    gpu_model = forms.ChoiceField(label="GPU model")
+    gpus = forms.IntegerField(min_value=1, max_value=100_000, initial=8, label="GPUs")
+    hours = forms.IntegerField(min_value=1, max_value=8760, initial=4, label="Hours")
+    priority = forms.IntegerField(min_value=0, max_value=1000, initial=0, label="Priority",
+                                  help_text="0–1000: higher is admitted first within your "
+                                            "queue.")
+
+    def __init__(self, *args, queues=(), **kwargs):
+        """`queues`: the organisation's quota queues (`pool.QuotaNode` leaves with quotas)."""
+        super().__init__(*args, **kwargs)
+        queues = list(queues)
+        self.fields["pool"].choices = sorted({(q.pool.name, q.pool.name) for q in queues})
+        self.fields["queue"].choices = sorted({(q.name, q.name) for q in queues})
+        models = sorted({quota.gpu_model.name for q in queues for quota in q.quotas.all()})
+        self.fields["gpu_model"].choices = [(m, m) for m in models]
+
+
+# OrderError.field of a pool order → the form field that shows the message
+POOL_ORDER_FIELDS = {"pool": "pool", "queue": "queue", "gpu_models": "gpu_model",
+                     "gpus": "gpus", "hours": "hours", "priority": "priority"}

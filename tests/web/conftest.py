@@ -65,3 +65,30 @@ def operator_web(client, db):
     ops = accounts.create_organization(slug="ibex-ops", name="IBEX Ops", roles=("operator",))
     client.force_login(person("olga-ops", ops))
     return client
+
+
+@pytest.fixture
+def campus_pool(db, tenant):
+    """A private pool `campus` of 2 nodes: Acme AI's queue `acme-train` (8 H100s nominal) and
+    a physics group's `physics` (8), both in cohort `uni`, and a daily tidal step."""
+    from pool.models import TidalStep
+    from tests.factories import make_org
+    from tests.scheduler.pools import private_pool, queue
+
+    pool = private_pool(name="campus", nodes=2)
+    queue(pool, "acme-train", org=tenant, nominal=8, cohort="uni")
+    queue(pool, "physics", org=make_org("physics-lab", "tenant"), nominal=8, cohort="uni")
+    TidalStep.objects.create(pool=pool, name="night", daily_at="20:00",
+                             nominals={"acme-train": {"H100-80GB": 12},
+                                       "physics": {"H100-80GB": 4}})
+    return pool
+
+
+@pytest.fixture
+def pool_member_web(tenant_web, campus_pool):
+    return tenant_web
+
+
+@pytest.fixture
+def pool_operator_web(operator_web, campus_pool):
+    return operator_web

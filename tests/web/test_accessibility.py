@@ -10,7 +10,9 @@ PAGES = {"/": "client", "/signup/": "client", "/login/": "client",
          "/markets/H100-80GB/": "client", "/app/": "tenant_web", "/app/keys/": "tenant_web",
          "/app/account/": "tenant_web", "/app/webhooks/": "tenant_web",
          "/provider/": "provider_web", "/provider/earnings/": "provider_web",
-         "/ops/": "operator_web", "/no-such-page/": "client"}
+         "/ops/": "operator_web", "/app/pools/": "pool_member_web",
+         "/app/pools/campus/": "pool_member_web",
+         "/app/pools/campus/?as=operator": "pool_operator_web", "/no-such-page/": "client"}
 
 
 @pytest.mark.parametrize("path", PAGES)
