@@ -71,11 +71,14 @@ def operator_web(client, db):
 def campus_pool(db, tenant):
     """A private pool `campus` of 2 nodes: Acme AI's queue `acme-train` (8 H100s nominal) and
     a physics group's `physics` (8), both in cohort `uni`, and a daily tidal step."""
-    from pool.models import TidalStep
+    from pool.models import Pool, TidalStep
     from tests.factories import make_org
-    from tests.scheduler.pools import private_pool, queue
+    from tests.scheduler.pools import queue
 
-    pool = private_pool(name="campus", nodes=2)
+    owner = provider_with_nodes(slug="campus-hpc", nodes=2, fabric="campus-fabric")
+    Node.objects.filter(provider=owner).update(state="active")
+    pool = Pool.objects.create(name="campus", owner=make_org("campus-ops", "operator"))
+    pool.nodes.set(Node.objects.filter(provider=owner))
     queue(pool, "acme-train", org=tenant, nominal=8, cohort="uni")
     queue(pool, "physics", org=make_org("physics-lab", "tenant"), nominal=8, cohort="uni")
     TidalStep.objects.create(pool=pool, name="night", daily_at="20:00",
