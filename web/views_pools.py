@@ -97,7 +97,7 @@ def _live(pool: Pool, org, operator: bool) -> dict:
     waiting = (Order.objects.filter(pool=pool, state=Order.State.QUEUED)
                .select_related("quota_node", "tenant")
                .order_by("queue_position", "created_at", "pk"))
-    leases = pool_leases(pool).select_related("tenant").order_by("-created_at", "-pk")
+    leases = pool_leases(pool).select_related("tenant").order_by("-pk")
     if not operator:
         waiting, leases = waiting.filter(tenant=org), leases.filter(tenant=org)
     return {"pool": pool, "org": org, "operator": operator, "mine": mine,
