@@ -65,6 +65,10 @@ class OrderForm(forms.Form):
     whole_nodes = forms.BooleanField(required=False, label="Whole nodes only (slices of 8)")
     fill = forms.ChoiceField(choices=Order.Fill.choices, initial=Order.Fill.FILL_OR_KILL,
                              label="If it cannot fill now")
+    allow_moves = forms.BooleanField(
+        required=False, label="Allow planned moves",
+        help_text="IBEX may move the lease to other GPUs (with notice) to drain a node or make "
+                  "room; the tier sets the default: spot yes, others no.")
     start_earliest = forms.DateTimeField(required=False, label="Start no earlier than",
                                          widget=forms.DateTimeInput(attrs={"type":
                                                                            "datetime-local"}))

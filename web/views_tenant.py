@@ -70,7 +70,8 @@ def _place(request, form: OrderForm):
         gpu_models=[data["gpu_model"].name], gpus=data["gpus"], hours=data["hours"],
         tier=data["tier"], max_price_micros=data["max_price"], topology=form.topology(),
         start_earliest=data.get("start_earliest"), start_latest=data.get("start_latest"),
-        fill=data["fill"], idempotency_key=data.get("idempotency_key") or "")
+        fill=data["fill"], idempotency_key=data.get("idempotency_key") or "",
+        allow_moves=data["allow_moves"])
     return orders.place_order(tenant=request.organization, request=request_,
                               actor=request.user.get_username())
 
@@ -93,7 +94,10 @@ def dashboard(request):
                 return redirect("web:dashboard")
     else:
         form = OrderForm(initial={"idempotency_key": uuid.uuid4().hex,
-                                  "gpu_model": _default_model()})
+                                  "gpu_model": _default_model(),
+                                  "allow_moves": orders.allows_moves(orders.OrderRequest(
+                                      gpu_models=[], gpus=0, hours=0, max_price_micros=0,
+                                      tier=OrderForm.base_fields["tier"].initial))})
     last = None
     if request.method == "GET" and (last_id := request.session.pop("last_order", None)):
         last = Order.objects.filter(tenant=org, pk=last_id).select_related("lease").first()

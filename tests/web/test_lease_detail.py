@@ -1,3 +1,4 @@
+import re
 from datetime import timedelta
 
 from django.utils import timezone
@@ -140,3 +141,34 @@ def test_countdown_text():
     assert countdown(-1) == "now"
     assert countdown(65) == "1 min 05 s"
     assert countdown(3 * 3600 + 61) == "3 h 01 min 01 s"
+
+
+def test_the_order_forms_planned_moves_box_is_ticked_by_default_only_for_spot(tenant_web):
+    page = tenant_web.get("/app/").content.decode()
+
+    box = re.search(r'<input type="checkbox" name="allow_moves"[^>]*>', page).group(0)
+    assert "checked" not in box  # the form opens on on-demand
+    assert 'src="/static/web/allow_moves.js"' in page
+
+
+def test_a_lease_shows_whether_its_tenant_allows_planned_moves(tenant_web, tenant, provider):
+    tenant_web.post("/app/", {**ORDER, "allow_moves": "on", "idempotency_key": "k-moves"})
+    moved = Lease.objects.get(tenant=tenant)
+    tenant_web.post("/app/", {**ORDER, "gpus": "8", "idempotency_key": "k-still"})
+    still = Lease.objects.exclude(pk=moved.pk).get(tenant=tenant)
+
+    assert (moved.allow_moves, still.allow_moves) == (True, False)
+    assert re.search(r'id="allow-moves"><span class="badge badge-ok">allowed<',
+                     tenant_web.get(f"/app/leases/{moved.pk}/").content.decode())
+    assert re.search(r'id="allow-moves"><span class="badge badge-muted">not allowed<',
+                     tenant_web.get(f"/app/leases/{still.pk}/").content.decode())
+
+
+def test_a_pool_lease_names_its_queue(tenant_web, tenant, campus_pool):
+    from tests.scheduler.pools import run
+
+    lease, = run(tenant, campus_pool, 8)
+
+    page = tenant_web.get(f"/app/leases/{lease.pk}/").content.decode()
+
+    assert "Pool queue</dt><dd><code>acme-train</code>" in page
