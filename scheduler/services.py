@@ -33,11 +33,13 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from market import leasing
+from market import leasing, pool_orders
 from market.models import Allocation, Lease, Order
-from market.orders import find_gpus
+from market.orders import FoundGpus, FreeGpu, find_gpus
+from pool import quota as quota_core
 from pool import services as pool
 from pool.models import Binding, Node
+from scheduler import quota_admission
 
 REPLACEMENT_RACES = 3
 # Test-only: seconds to sleep inside the placement transaction, after every write and before
@@ -114,7 +116,8 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
         Allocation.objects.filter(lease=lease).delete()
         # from now on: a GPU another lease held until a moment ago is free for it
         start = max(lease.starts_at, timezone.now())
-        found = find_gpus(order, start, lease.ends_at)
+        found = (_find_in_pool(order, start, lease.ends_at) if order.pool_id
+                 else find_gpus(order, start, lease.ends_at))
         if isinstance(found, str):
             raise NoPlacement(f"{lost} of its GPUs are no longer offered and {found}")
         try:
@@ -128,6 +131,21 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
         except leasing.GpusUnavailable as exc:
             reason = str(exc)  # another lease won one of them: look again
     raise NoPlacement(f"{lost} of its GPUs are no longer offered and {reason}")
+
+
+def _find_in_pool(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
+    """A private-pool lease is re-placed on its own pool's free GPUs only (the market's
+    `find_gpus` sells no private GPUs), keeping the other queues' shaped guarantees placeable
+    as the admission pass does (`scheduler.quota_admission.PoolPlacer`)."""
+    usage = quota_core.usage_of(quota_admission.running_of(pool_orders.pool_leases(order.pool)))
+    placer = quota_admission.PoolPlacer(order.pool, start, end,
+                                        quota_admission.shapes_of(order.pool, usage))
+    chosen, why = placer.place(order)
+    if chosen is None:
+        return f"no room in pool {order.pool.name}: {why}"
+    model = order.gpu_models[0]
+    return FoundGpus(chosen=[(key, FreeGpu(gpu_id=gpu_id, index=0, price_micros=0))
+                             for key, gpu_id in chosen], gpu_model=model)
 
 
 def _activate(lease_id: int) -> bool:

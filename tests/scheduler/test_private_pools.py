@@ -13,8 +13,10 @@ from django.utils import timezone
 from market import auctions, leasing, ledger
 from market.models import GPU_HOURS, Account, Allocation, Lease, Order
 from pool.models import Gpu, Node
+from scheduler import services as scheduler
 from scheduler import tasks
 from tests.factories import client_for, make_org
+from tests.market.inventory import provider_with_nodes
 from tests.scheduler.pools import H100, admit, order, private_pool, queue, run, states
 
 
@@ -335,3 +337,48 @@ def test_gpus_of_a_private_pool_are_not_sold_on_the_market(campus):
 
     assert refused.state == "refused"
     assert sold.state == "filled"
+
+
+def _pending_pool_lease(org, pool, gpus=8, queue_name="") -> Lease:
+    placed = order(org, pool, gpus, queue_name=queue_name)
+    admit(pool)
+    placed.refresh_from_db()
+    assert placed.state == "filled", placed.reason
+    return placed.lease
+
+
+def test_a_pool_lease_whose_gpu_failed_before_binding_is_re_placed_inside_its_pool(
+        campus, physics):
+    market = make_org("market-cloud", "tenant")  # market GPUs elsewhere stay out of reach
+    provider_with_nodes(slug="market-hpc", nodes=2, fabric="market")
+    Node.objects.filter(provider__slug="market-hpc").update(state="active")
+    lease = _pending_pool_lease(physics, campus)
+    first = set(Allocation.objects.filter(lease=lease).values_list("gpu__node_id", flat=True))
+    Gpu.objects.filter(node_id__in=first, index=3).update(health="failed")
+
+    lease = scheduler.place_lease(lease_id=lease.pk)
+
+    assert lease.state == "placing", lease.events.last().reason
+    nodes = set(Allocation.objects.filter(lease=lease).values_list("gpu__node", flat=True))
+    assert len(Allocation.objects.filter(lease=lease)) == 8 and not nodes & first
+    assert set(Node.objects.filter(pk__in=nodes).values_list("pools", flat=True)) == {campus.pk}
+    assert lease.price_micros == 0 and lease.quota_node.name == "physics"
+    assert not Lease.objects.filter(tenant=market).exists()
+
+
+def test_re_placing_a_pool_lease_keeps_another_queues_shaped_guarantee(physics, chemistry):
+    pool = private_pool(name="lab-pool", nodes=2)
+    queue(pool, "lab")
+    queue(pool, "physics", physics, nominal=8, parent="lab")
+    queue(pool, "chemistry", chemistry, nominal=8, parent="lab", shape_nodes=1)
+    lease = _pending_pool_lease(physics, pool)
+    held = set(Allocation.objects.filter(lease=lease).values_list("gpu__node_id", flat=True))
+    Gpu.objects.filter(node_id__in=held, index=0).update(health="failed")
+
+    with pytest.raises(scheduler.NoPlacement, match="no room in pool lab-pool"):
+        scheduler.place_lease(lease_id=lease.pk, final=False)
+
+    lease.refresh_from_db()
+    assert lease.state == "pending"  # nothing changed: the only whole node is chemistry's
+    assert set(Allocation.objects.filter(lease=lease).values_list("gpu__node_id",
+                                                                  flat=True)) == held
