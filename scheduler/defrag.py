@@ -28,7 +28,7 @@ from django.utils import timezone
 from ibex.accounts.models import ProviderProfile
 from market import leasing
 from market.models import Allocation, GpuPrice, Lease
-from pool.models import Gpu, Node
+from pool.models import Gpu, Node, Pool
 from scheduler.models import DefragRun
 from scheduler.placement import defrag as core
 from scheduler.remediation import lock_active, rebind
@@ -53,7 +53,8 @@ def snapshot(now: datetime) -> tuple[list[core.NodeView], list[core.LeaseView]]:
     prices = dict(GpuPrice.objects.filter(
         Q(superseded_at__isnull=True, min_lease_hours__lte=1, gpu__node__state=Node.State.ACTIVE)
         & (Q(offered_from__isnull=True) | Q(offered_from__lte=now))
-    ).values_list("gpu_id", "price_micros"))
+    ).exclude(gpu__node__pools__kind=Pool.Kind.PRIVATE)  # never sold: never a move's target
+        .values_list("gpu_id", "price_micros"))
     until = dict(GpuPrice.objects.filter(superseded_at__isnull=True,
                                          offered_until__isnull=False,
                                          gpu__node__state=Node.State.ACTIVE)

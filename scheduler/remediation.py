@@ -199,7 +199,8 @@ def _choose(lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex
         keep=_single({h.domain(level) for h in staying}) if staying else None,
         prefer=_single({h.domain(level) for h in held}),
         fabric=_single({h.fabric for h in staying}),
-        prefer_fabric=_single({h.fabric for h in held}))
+        prefer_fabric=_single({h.fabric for h in held}),
+        pool=lease.quota_node.pool_id if lease.quota_node_id else None)
 
 
 def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,

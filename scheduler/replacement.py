@@ -1,7 +1,10 @@
 """Replacement GPUs for leases that must leave some of theirs (a failed GPU, a drained node).
 
-One pass of remediation or draining builds one `FreeIndex` with a single query: the free,
-healthy, offered GPUs with a current price, grouped by model and by node, leaf and spine. Each
+One pass of remediation or draining builds one `FreeIndex` (three queries): the free, healthy,
+offered GPUs, grouped by where they may go, by model and by node, leaf and spine. Market GPUs
+(with a current price, in no private pool) and each private pool's GPUs (unpriced: quota pays)
+are kept apart: a market lease only ever takes market GPUs and a private-pool lease only GPUs
+of its own pool (`take(pool=...)`). Each
 lease then takes its replacements from the index, without asking the database again; what it
 took is gone from the index for the leases after it. The index can be stale by the time a lease
 is moved (another worker took a GPU): the exclusion constraint on allocations still decides,
@@ -18,6 +21,7 @@ from datetime import datetime
 from django.db.models import F, Func, OuterRef, Q, Subquery
 
 from market.models import Allocation
+from pool.models import Pool
 from pool.services import offered_gpus
 
 LEVELS = ("node", "leaf", "spine")
@@ -35,6 +39,7 @@ class Slot:
     busy_from: datetime | None  # the start of its next allocation, if any
     node_id: int = 0
     index: int = 0
+    pool: int | None = None  # the private pool the GPU belongs to; None: the market
 
     def domain(self, level: str) -> tuple[str, str]:
         return (self.fabric, {"node": self.host, "leaf": self.leaf, "spine": self.spine,
@@ -62,7 +67,7 @@ class FreeIndex:
         self.by_domain: dict[tuple, list[Slot]] = defaultdict(list)
         self.domains: dict[tuple, set] = defaultdict(set)
         for slot in sorted(slots, key=lambda s: (s.price_micros, s.gpu_id)):
-            model = model_of[slot.gpu_id]
+            model = (slot.pool, model_of[slot.gpu_id])
             for level in (*LEVELS, "fabric"):
                 self.by_domain[(model, level, slot.domain(level))].append(slot)
                 self.domains[(model, level)].add(slot.domain(level))
@@ -77,14 +82,16 @@ class FreeIndex:
 
     @staticmethod
     def _read(now: datetime) -> tuple[list[Slot], dict[int, str]]:
-        """One query: offered GPUs with a current price whose offer has begun, not allocated
-        now; with the start of their next allocation (a GPU is only taken for a lease that
-        ends before it)."""
+        """Offered GPUs not allocated now, with the start of their next allocation (a GPU is
+        only taken for a lease that ends before it): the market's with a current price whose
+        offer has begun, and the private pools' (price 0: quota pays)."""
         next_start = (Allocation.objects.filter(gpu=OuterRef("pk"))
                       .annotate(start=Func(F("period"), function="lower"))
                       .filter(start__gt=now).order_by("start").values("start")[:1])
+        pool_of = dict(Pool.nodes.through.objects.filter(pool__kind=Pool.Kind.PRIVATE)
+                       .values_list("node_id", "pool_id"))
         rows = (
-            offered_gpus()
+            offered_gpus().exclude(node_id__in=list(pool_of))
             .filter(Q(prices__superseded_at__isnull=True, prices__min_lease_hours__lte=1)
                     & (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=now)))
             .exclude(allocations__period__contains=now)
@@ -93,9 +100,20 @@ class FreeIndex:
                          "node__host__leaf", "node__hostname", "prices__offered_until",
                          "busy_from", "gpu_model__name", "node_id", "index")
         )
+        private = (
+            offered_gpus().filter(node_id__in=list(pool_of))
+            .exclude(allocations__period__contains=now)
+            .annotate(busy_from=Subquery(next_start))
+            .values_list("id", "node__fabric__name", "node__host__spine", "node__host__leaf",
+                         "node__hostname", "busy_from", "gpu_model__name", "node_id", "index")
+        ) if pool_of else []
         slots, model_of = [], {}
         for gpu_id, price, fabric, spine, leaf, host, until, busy, model, node, index in rows:
             slots.append(Slot(gpu_id, price, fabric, spine, leaf, host, until, busy, node, index))
+            model_of[gpu_id] = model
+        for gpu_id, fabric, spine, leaf, host, busy, model, node, index in private:
+            slots.append(Slot(gpu_id, 0, fabric, spine, leaf, host, None, busy, node, index,
+                              pool=pool_of[node]))
             model_of[gpu_id] = model
         return slots, model_of
 
@@ -115,14 +133,16 @@ class FreeIndex:
 
     def take(self, *, gpu_model: str, count: int, max_price: int, ends_at: datetime,
              level: str | None, required: bool, keep=None, prefer=None, fabric=None,
-             prefer_fabric=None) -> list[Slot] | None:
+             prefer_fabric=None, pool: int | None = None) -> list[Slot] | None:
         """`count` GPUs for a lease, or None. `keep`: the domain (at `level`) its staying GPUs
         share, which the replacements must share too when the constraint is required (a
         preferred one tries it first, then the cheapest elsewhere). With nothing staying, a
         required constraint still needs one domain for all of them: `prefer` (where the lease
         was) first, then any. Whatever the constraint, a lease never spans two fabrics (no
         InfiniBand joins them): replacements come from `fabric`, its staying GPUs' fabric, or
-        with nothing staying from one fabric, `prefer_fabric` first."""
+        with nothing staying from one fabric, `prefer_fabric` first. `pool`: the private pool
+        of a pool lease (its GPUs only); None for a market lease (market GPUs only)."""
+        gpu_model = (pool, gpu_model)  # the index keys models by (pool, model)
         fabrics = [fabric] if fabric else sorted(
             (d[0] for d in self.domains.get((gpu_model, "fabric"), ())),
             key=lambda f: (f != prefer_fabric, f))

@@ -10,14 +10,16 @@ from django.conf import settings
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.utils import timezone
 
-from market import auctions, leasing, ledger
+from market import auctions, leasing, ledger, prices
+from market import services as money
 from market.models import GPU_HOURS, Account, Allocation, Lease, Order
-from pool.models import Gpu, Node
+from pool.models import Binding, Gpu, Node, Pool
+from scheduler import remediation, tasks
 from scheduler import services as scheduler
-from scheduler import tasks
 from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
 from tests.scheduler.pools import H100, admit, order, private_pool, queue, run, states
+from tests.scheduler.test_remediation import active_lease, fail
 
 
 @pytest.fixture
@@ -382,3 +384,69 @@ def test_re_placing_a_pool_lease_keeps_another_queues_shaped_guarantee(physics, 
     assert lease.state == "pending"  # nothing changed: the only whole node is chemistry's
     assert set(Allocation.objects.filter(lease=lease).values_list("gpu__node_id",
                                                                   flat=True)) == held
+
+
+def _active_pool_lease(org, pool, gpus=8) -> Lease:
+    lease = _pending_pool_lease(org, pool, gpus)
+    scheduler.place_lease(lease_id=lease.pk)
+    Binding.objects.update(acknowledged_at=timezone.now())
+    scheduler.activate_acknowledged_leases()
+    lease.refresh_from_db()
+    assert lease.state == "active"
+    return lease
+
+
+def test_a_failed_gpu_of_a_pool_lease_is_replaced_from_its_own_pool(campus, physics):
+    prices.set_prices(provider=provider_with_nodes(slug="market-hpc", nodes=2, fabric="mkt"),
+                      scope={"fabric": "mkt"}, price_micros=0, actor="t")  # free, elsewhere
+    Node.objects.filter(provider__slug="market-hpc").update(state="active")
+    lease = _active_pool_lease(physics, campus, gpus=4)
+    failed = Allocation.objects.filter(lease=lease).first().gpu
+
+    fail(failed)
+    outcome = remediation.remediate_leases()
+
+    assert outcome == {lease.pk: "moved"}
+    now_on = Allocation.objects.filter(lease=lease, period__contains=timezone.now())
+    assert now_on.count() == 4 and failed.pk not in {a.gpu_id for a in now_on}
+    assert set(Node.objects.filter(gpus__allocations__in=now_on).values_list(
+        "pools", flat=True)) == {campus.pk}
+
+
+def test_a_market_lease_never_takes_a_private_pools_gpus_even_priced(db):
+    """One fabric of 4 nodes, 2 of them in a private pool; all priced, the private ones
+    cheaper. A market lease on the 2 market nodes loses a GPU: no market GPU is free, so it
+    is degraded rather than moved onto the pool's."""
+    provider = provider_with_nodes(slug="shared-hpc", nodes=4)
+    Node.objects.filter(provider=provider).update(state="active")
+    hosts = list(Node.objects.filter(provider=provider).order_by("hostname"))
+    pool = Pool.objects.create(name="lab-pool", owner=make_org("lab-ops", "operator"))
+    pool.nodes.set(hosts[:2])
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=1_000_000,
+                      actor="t")
+    for node in hosts[2:]:
+        prices.set_prices(provider=provider, scope={"node": node.hostname},
+                          price_micros=2_000_000, actor="t")
+    tenant = make_org("acme-ai", "tenant")
+    money.grant_credit(organization=tenant, amount_micros=10**9, reason="t", actor="t")
+    lease = active_lease(client_for(tenant), gpus=16, topology={"preferred": "leaf"})
+    assert lease.price_micros == 2_000_000  # the market nodes, not the cheaper private ones
+
+    fail(Allocation.objects.filter(lease=lease).first().gpu)
+    outcome = remediation.remediate_leases()
+
+    assert outcome == {lease.pk: "degraded"}
+    assert not Allocation.objects.filter(lease=lease, gpu__node__pools=pool).exists()
+
+
+def test_defragmentation_never_plans_a_move_onto_a_private_pools_gpus(campus):
+    from scheduler.defrag import snapshot
+
+    prices.set_prices(provider=Node.objects.filter(pools=campus).first().provider,
+                      scope={"fabric": "lab"}, price_micros=1_000_000, actor="t")
+
+    nodes, _ = snapshot(timezone.now())
+
+    private = {str(pk) for pk in Node.objects.filter(pools=campus).values_list("pk", flat=True)}
+    assert private <= {n.name for n in nodes}
+    assert all(g.price_micros is None for n in nodes if n.name in private for g in n.gpus)
