@@ -235,6 +235,9 @@ class OrderCreateSerializer(StrictSerializer):
                                   help_text="your quota queue in that pool (if you have several)")
     priority = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=0,
                                         help_text="private pools: higher is admitted first")
+    priority_class = serializers.SlugField(
+        max_length=100, required=False, default="",
+        help_text="private pools: a named priority of the pool (its value is the priority)")
     allow_moves = serializers.BooleanField(
         required=False, allow_null=True, default=None,
         help_text="let the scheduler move the lease for planned work (draining a node, "
@@ -246,6 +249,9 @@ class OrderCreateSerializer(StrictSerializer):
         return micros
 
     def validate(self, attrs):
+        if attrs.get("priority_class") and not attrs.get("pool"):
+            raise serializers.ValidationError(
+                {"priority_class": ["Priority classes belong to private pools: name the pool."]})
         if attrs["tier"] == Lease.Tier.RESERVED and not attrs.get("start_window"):
             raise serializers.ValidationError(
                 {"start_window": ["A reserved order needs a start window."]})
@@ -260,7 +266,7 @@ class OrderCreateSerializer(StrictSerializer):
             topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
             start_latest=window.get("latest"), fill=data["fill"],
             idempotency_key=idempotency_key, pool=data["pool"], queue=data["queue"],
-            priority=data["priority"],
+            priority=data["priority"], priority_class=data["priority_class"],
             allow_moves=data["allow_moves"],
         )
 
@@ -271,12 +277,13 @@ class OrderSerializer(serializers.ModelSerializer):
     start_window = serializers.SerializerMethodField()
     pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
     queue = serializers.SlugRelatedField(source="quota_node", slug_field="name", read_only=True)
+    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
         model = Order
         fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
                   "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
-                  "priority", "queue_position", "allow_moves", "created_at"]
+                  "priority", "priority_class", "queue_position", "allow_moves", "created_at"]
 
     @extend_schema_field(StartWindowSerializer(allow_null=True))
     def get_start_window(self, order) -> dict | None:
@@ -306,7 +313,7 @@ class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         if getattr(self, "swagger_fake_view", False):
             return Order.objects.none()
         org = organization_of(self.request)
-        orders_ = Order.objects.select_related("pool", "quota_node")
+        orders_ = Order.objects.select_related("pool", "quota_node", "priority_class")
         return orders_ if org.is_operator else orders_.filter(tenant=org)
 
     @extend_schema(request=OrderCreateSerializer, responses={201: OrderSerializer,

@@ -564,6 +564,10 @@ class Order(models.Model):
     quota_node = models.ForeignKey("pool.QuotaNode", null=True, blank=True,
                                    on_delete=models.PROTECT, related_name="orders")
     priority = models.IntegerField(default=0)
+    priority_class = models.ForeignKey(
+        "pool.PriorityClass", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="orders", help_text="the pool's named priority it gave (its value is "
+                                         "`priority`)")
     queue_position = models.PositiveIntegerField(null=True, blank=True,
                                                  help_text="1 = next; set while queued")
     created_at = models.DateTimeField(auto_now_add=True)

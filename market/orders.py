@@ -63,6 +63,7 @@ class OrderRequest:
     pool: str = ""  # a private pool: priced in quota (market.pool_orders)
     queue: str = ""
     priority: int = 0
+    priority_class: str = ""  # a private pool's named priority (pool.PriorityClass)
     allow_moves: bool | None = None  # None: spot leases may be moved, others not
 
 
@@ -119,7 +120,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
         target = pool_orders.resolve_target(
             tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
             tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
-            priority=request.priority)
+            priority=request.priority, priority_class=request.priority_class)
     else:
         _check(request)
     try:

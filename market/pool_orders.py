@@ -26,7 +26,7 @@ from ibex.accounts.models import Organization
 from ibex.outbox import services as outbox
 from market import leasing, ledger
 from market.models import GPU_HOURS, Account, Allocation, Lease, LedgerTransaction, Order
-from pool.models import Gpu, Pool, QuotaNode
+from pool.models import Gpu, Pool, PriorityClass, QuotaNode
 
 OS = Order.State
 HOLDING = (Lease.State.PENDING, Lease.State.PLACING, Lease.State.ACTIVE, Lease.State.PREEMPTING)
@@ -38,10 +38,13 @@ MAX_PRIORITY = 1000
 class PoolTarget:
     pool: Pool
     queue: QuotaNode
+    priority: int = 0
+    priority_class: PriorityClass | None = None
 
 
 def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: list[str],
-                   tier: str, max_price_micros: int, gpus: int, priority: int):
+                   tier: str, max_price_micros: int, gpus: int, priority: int,
+                   priority_class: str = ""):
     """The pool and queue an order names, or `market.orders.OrderError` naming the field."""
     from market.orders import OrderError
 
@@ -76,11 +79,23 @@ def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: l
     if not 0 <= priority <= MAX_PRIORITY:
         raise OrderError(f"priority is a whole number from 0 to {MAX_PRIORITY}",
                          field="priority")
+    named = None
+    if priority_class:
+        named = PriorityClass.objects.filter(pool=found, name=priority_class).first()
+        if named is None:
+            known = sorted(PriorityClass.objects.filter(pool=found).values_list("name", flat=True))
+            raise OrderError(f"pool {pool} has no priority class {priority_class!r}"
+                             + (f"; it has {', '.join(known)}" if known else ""),
+                             field="priority_class")
+        if priority and priority != named.value:
+            raise OrderError("give a priority or a priority_class, not both",
+                             field="priority_class")
+        priority = named.value
     largest = (Gpu.objects.filter(node__pools=found, gpu_model__name=gpu_models[0])
                .exclude(node__state="retired").count())
     if gpus > largest:
         raise OrderError(f"pool {pool} has {largest} {gpu_models[0]} GPUs", field="gpus")
-    return PoolTarget(found, chosen)
+    return PoolTarget(found, chosen, priority, named)
 
 
 def queue_order(*, order: Order, target: PoolTarget, actor: str) -> Order:
@@ -88,7 +103,8 @@ def queue_order(*, order: Order, target: PoolTarget, actor: str) -> Order:
     from market.orders import _change_state
 
     order.pool, order.quota_node = target.pool, target.queue
-    order.save(update_fields=["pool", "quota_node"])
+    order.priority, order.priority_class = target.priority, target.priority_class
+    order.save(update_fields=["pool", "quota_node", "priority", "priority_class"])
     _change_state(order, OS.QUEUED, actor, "waiting for quota admission")
     outbox.enqueue("scheduler.admit_pool", target.pool.pk)
     return order

@@ -10,6 +10,7 @@ from pool.models import (
     Node,
     NodeStateChange,
     Pool,
+    PriorityClass,
     Quota,
     QuotaNode,
     TidalRun,
@@ -123,11 +124,18 @@ class BindingAdmin(admin.ModelAdmin):
     search_fields = ["lease_ref", "node__hostname"]
 
 
+class PriorityClassInline(admin.TabularInline):
+    model = PriorityClass
+    fields = ["name", "value", "description"]
+    extra = 0
+
+
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "owner", "created_at"]
     list_filter = ["kind"]
     filter_horizontal = ["nodes"]
+    inlines = [PriorityClassInline]
 
 
 class QuotaInline(admin.TabularInline):

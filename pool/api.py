@@ -17,7 +17,7 @@ from ibex.accounts.permissions import ReadOrProvide, organization_of
 from ibex.api.errors import ApiError
 from pool import quota as core
 from pool import quotas, services
-from pool.models import Gpu, GpuModel, Node, Pool, TidalRun
+from pool.models import Gpu, GpuModel, Node, Pool, PriorityClass, TidalRun
 
 MAX_BULK_NODES = 1000
 
@@ -379,14 +379,23 @@ class TidalRunSerializer(serializers.ModelSerializer):
                   "gpus_to_give_way", "leases_preempted", "notice_s"]
 
 
+class PriorityClassSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PriorityClass
+        fields = ["name", "value", "description"]
+
+
 class PoolSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.slug")
     capacity = serializers.SerializerMethodField()
     tidal_runs = serializers.SerializerMethodField()
+    priority_classes = PriorityClassSerializer(many=True, read_only=True,
+                                               help_text="named priorities orders may give")
 
     class Meta:
         model = Pool
-        fields = ["name", "kind", "owner", "created_at", "capacity", "tidal_runs"]
+        fields = ["name", "kind", "owner", "created_at", "capacity", "priority_classes",
+                  "tidal_runs"]
 
     @extend_schema_field(PoolCapacitySerializer(many=True))
     def get_capacity(self, pool) -> list[dict]:
@@ -411,7 +420,7 @@ class PoolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         if getattr(self, "swagger_fake_view", False):
             return Pool.objects.none()
         return (quotas.pools_visible_to(organization_of(self.request))
-                .select_related("owner").order_by("name"))
+                .select_related("owner").prefetch_related("priority_classes").order_by("name"))
 
 
 class QuotaSerializer(serializers.Serializer):

@@ -245,6 +245,28 @@ class QuotaNode(models.Model):
             ancestor = ancestor.parent
 
 
+class PriorityClass(models.Model):
+    """A named priority of a private pool ("urgent" = 500, "batch" = 0): orders in the pool's
+    queues may name it instead of a number; its value becomes the order's priority."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="priority_classes")
+    name = models.SlugField(max_length=100)
+    value = models.IntegerField(help_text="0–1000: higher is admitted first")
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["pool", "-value", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "name"],
+                                    name="priority_class_name_unique_per_pool"),
+            models.CheckConstraint(condition=Q(value__gte=0, value__lte=1000),
+                                   name="priority_class_value_range"),
+        ]
+
+    def __str__(self):
+        return f"{self.pool_id}/{self.name}={self.value}"
+
+
 class Quota(models.Model):
     """A quota node's GPUs of one model (`pool.quota.ModelQuota`); null limits: no limit."""
 

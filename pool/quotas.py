@@ -16,7 +16,7 @@ from django.db.models import Q
 
 from ibex.accounts.models import Organization
 from pool import quota as core
-from pool.models import Binding, Gpu, GpuModel, Node, Pool, Quota, QuotaNode
+from pool.models import Binding, Gpu, GpuModel, Node, Pool, PriorityClass, Quota, QuotaNode
 
 
 class QuotaInputError(Exception):
@@ -171,6 +171,18 @@ def set_quota(*, node: QuotaNode, gpu_model: str, nominal: int,
         defaults={"nominal": nominal, "borrowing_limit": borrowing_limit,
                   "lending_limit": lending_limit})
     return quota
+
+
+@transaction.atomic
+def define_priority_class(*, pool: Pool, name: str, value: int,
+                          description: str = "") -> PriorityClass:
+    """Create or change a pool's named priority (orders in its queues may name it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
+        raise QuotaInputError("value", "a priority class's value is a whole number from 0 to "
+                                       "1000")
+    found, _ = PriorityClass.objects.update_or_create(
+        pool=pool, name=name, defaults={"value": value, "description": description})
+    return found
 
 
 def lent_by(tree: core.QuotaTree, usage, model: str) -> dict[str, int]:

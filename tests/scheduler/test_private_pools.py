@@ -13,6 +13,7 @@ from django.utils import timezone
 from market import auctions, leasing, ledger, prices
 from market import services as money
 from market.models import GPU_HOURS, Account, Allocation, Lease, Order
+from pool import quotas
 from pool.models import Binding, Gpu, Node, Pool
 from scheduler import remediation, tasks
 from scheduler import services as scheduler
@@ -450,3 +451,61 @@ def test_defragmentation_never_plans_a_move_onto_a_private_pools_gpus(campus):
     private = {str(pk) for pk in Node.objects.filter(pools=campus).values_list("pk", flat=True)}
     assert private <= {n.name for n in nodes}
     assert all(g.price_micros is None for n in nodes if n.name in private for g in n.gpus)
+
+
+POOL_ORDER = {"gpu_models": [H100], "gpus": 8, "hours": 2, "tier": "on_demand",
+              "max_price_per_gpu_hour": "0.00", "pool": "campus"}
+
+
+def test_an_order_naming_a_priority_class_gets_its_value_and_shows_its_name(campus, physics):
+    quotas.define_priority_class(pool=campus, name="urgent", value=500)
+    client = client_for(physics)
+
+    body = client.post("/api/v1/orders/", {**POOL_ORDER, "priority_class": "urgent"},
+                       format="json").json()
+    pool = client.get("/api/v1/pools/campus/").json()
+
+    assert (body["priority"], body["priority_class"]) == (500, "urgent")
+    assert Order.objects.get(pk=body["id"]).priority == 500
+    assert pool["priority_classes"] == [{"name": "urgent", "value": 500, "description": ""}]
+
+
+def test_a_priority_class_orders_admission_before_a_lower_one(campus, physics):
+    quotas.define_priority_class(pool=campus, name="batch", value=0)
+    quotas.define_priority_class(pool=campus, name="urgent", value=500)
+    client = client_for(physics)
+    run(physics, campus, 8, 8)  # 16 of the 24 physics may take: room for one order of 8
+    batch = client.post("/api/v1/orders/", {**POOL_ORDER, "priority_class": "batch"},
+                        format="json").json()
+    urgent = client.post("/api/v1/orders/", {**POOL_ORDER, "priority_class": "urgent"},
+                         format="json").json()
+
+    admit(campus)
+
+    assert Order.objects.get(pk=urgent["id"]).state == "filled"
+    assert Order.objects.get(pk=batch["id"]).state == "queued"
+
+
+def test_an_unknown_priority_class_is_a_400_naming_the_field_and_the_known_ones(campus,
+                                                                                physics):
+    quotas.define_priority_class(pool=campus, name="urgent", value=500)
+    client = client_for(physics)
+
+    unknown = client.post("/api/v1/orders/", {**POOL_ORDER, "priority_class": "vip"},
+                          format="json")
+    both = client.post("/api/v1/orders/", {**POOL_ORDER, "priority_class": "urgent",
+                                           "priority": 7}, format="json")
+    market_order = {k: v for k, v in POOL_ORDER.items() if k != "pool"}
+    no_pool = client.post("/api/v1/orders/", {**market_order, "priority_class": "urgent"},
+                          format="json")
+
+    for answer in (unknown, both, no_pool):
+        assert answer.status_code == 400
+        assert list(answer.json()["error"]["fields"]) == ["priority_class"]
+    assert "urgent" in unknown.json()["error"]["fields"]["priority_class"][0]
+    assert not Order.objects.exists()
+
+
+def test_a_priority_class_value_out_of_range_is_refused(campus):
+    with pytest.raises(quotas.QuotaInputError, match="0 to 1000"):
+        quotas.define_priority_class(pool=campus, name="huge", value=5000)
