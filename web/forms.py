@@ -7,7 +7,7 @@ from django.utils.text import slugify
 from ibex.accounts.models import ApiKey, Organization
 from market.models import Lease, Order
 from market.money import BadAmount, to_micros
-from pool.models import GpuModel
+from pool.models import GpuModel, PriorityClass
 
 LEVEL_CHOICES = [("", "anywhere"), ("node", "one node"), ("leaf", "one leaf"),
                  ("spine", "one spine block")]
@@ -145,6 +145,9 @@ class PoolOrderForm(forms.Form):
     priority = forms.IntegerField(min_value=0, max_value=1000, initial=0, label="Priority",
                                   help_text="0–1000: higher is admitted first within your "
                                             "queue.")
+    priority_class = forms.ChoiceField(required=False, label="or a priority class",
+                                       help_text="The pool's named priorities; one chosen "
+                                                 "replaces the number.")
 
     def __init__(self, *args, queues=(), **kwargs):
         """`queues`: the organisation's quota queues (`pool.QuotaNode` leaves with quotas)."""
@@ -155,7 +158,13 @@ class PoolOrderForm(forms.Form):
         models = sorted({quota.gpu_model.name for q in queues for quota in q.quotas.all()})
         self.fields["gpu_model"].choices = [(m, m) for m in models]
 
+        classes = PriorityClass.objects.filter(pool__in={q.pool_id for q in queues})
+        self.fields["priority_class"].choices = [("", "none")] + [
+            (c.name, f"{c.name} ({c.value})") for c in classes.order_by("-value", "name")
+            .distinct("value", "name")]
+
 
 # OrderError.field of a pool order → the form field that shows the message
 POOL_ORDER_FIELDS = {"pool": "pool", "queue": "queue", "gpu_models": "gpu_model",
-                     "gpus": "gpus", "hours": "hours", "priority": "priority"}
+                     "gpus": "gpus", "hours": "hours", "priority": "priority",
+                     "priority_class": "priority_class"}

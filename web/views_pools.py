@@ -132,7 +132,9 @@ def _place(request, form: PoolOrderForm) -> Order:
         request=orders.OrderRequest(
             gpu_models=[data["gpu_model"]], gpus=data["gpus"], hours=data["hours"],
             tier="on_demand", max_price_micros=0, pool=data["pool"], queue=data["queue"],
-            priority=data["priority"], idempotency_key=data.get("idempotency_key") or ""))
+            priority=0 if data["priority_class"] else data["priority"],
+            priority_class=data["priority_class"],
+            idempotency_key=data.get("idempotency_key") or ""))
 
 
 @pool_viewer_required

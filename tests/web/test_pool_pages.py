@@ -108,3 +108,19 @@ def test_an_operator_sees_the_tree_every_waiting_order_and_the_tidal_runs(
     runs = re.search(r'<table class="tidal-runs" data-step="night">.*?</table>', page, re.S)
     assert ">42.5<" in runs.group(0)
     assert 'id="order-title"' not in page  # the operator holds no quota here
+
+
+def test_a_member_orders_with_one_of_the_pools_priority_classes(pool_member_web, campus_pool):
+    from pool import quotas
+
+    quotas.define_priority_class(pool=campus_pool, name="urgent", value=500)
+    assert '<option value="urgent">urgent (500)</option>' in pool_member_web.get(
+        "/app/pools/campus/").content.decode()
+
+    pool_member_web.post("/app/pools/campus/", {
+        "idempotency_key": "web-2", "pool": "campus", "queue": "acme-train",
+        "gpu_model": "H100-80GB", "gpus": 4, "hours": 2, "priority": 0,
+        "priority_class": "urgent"})
+
+    placed = Order.objects.get(idempotency_key="web-2")
+    assert (placed.priority, placed.priority_class.name) == (500, "urgent")

@@ -51,6 +51,7 @@ UNIVERSITY_QUOTAS = [
     ("cs-training", "university", "gamma-uni", 64, 64, None, None),
     ("cs-inference", "university", "gamma-uni", 32, 32, None, None),
 ]
+PRIORITY_CLASSES = [("urgent", 500), ("normal", 100), ("batch", 0)]
 TIDES = [  # UTC: inference gets the day, training the night
     ("day-inference", "07:00", {"cs-training": {H100: 32}, "cs-inference": {H100: 64}}),
     ("night-training", "19:00", {"cs-training": {H100: 64}, "cs-inference": {H100: 32}}),
@@ -123,6 +124,8 @@ class Command(BaseCommand):
                 pool=university, name=name, parent=parent,
                 organization=Organization.objects.get(slug=org), shape_nodes=shape,
                 quotas=[quotas.QuotaSpec(H100, nominal, borrowing, lending)])
+        for name, value in PRIORITY_CLASSES:
+            quotas.define_priority_class(pool=university, name=name, value=value)
         for name, at, nominals in TIDES:
             hour, minute = (int(part) for part in at.split(":"))
             TidalStep.objects.get_or_create(pool=university, name=name, defaults={

@@ -68,3 +68,36 @@ def test_a_university_member_sees_its_quota_and_why_its_order_waits(page, screen
     expect(page.locator("#pool-leases tbody tr")).to_have_count(4)
     expect(page.locator('tr[data-queue="biology"]')).to_have_count(0)
     screenshot(page, "quotas", full_page=True)
+
+
+def test_an_operator_sees_the_whole_pools_tree_and_every_waiting_order(page, screenshot):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from pool import quotas
+    from pool.models import TidalRun, TidalStep
+
+    pool, physics = _university()
+    waiting = order(physics, pool, 16, queue_name="physics-astro", priority=5)
+    admit(pool)
+    quotas.define_priority_class(pool=pool, name="urgent", value=500)
+    step = TidalStep.objects.create(pool=pool, name="night-training", daily_at="19:00",
+                                    nominals={"cs-training": {"H100-80GB": 32}})
+    now = timezone.now()
+    TidalRun.objects.create(step=step, due_at=now - timedelta(hours=1), started_at=now,
+                            in_force_at=now + timedelta(seconds=37.2), leases_preempted=2,
+                            gpus_to_give_way=16)
+    person("olga", make_org("ibex-ops", "operator"))
+    page.goto("/login/")
+    page.get_by_label("Username").fill("olga")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+
+    page.goto("/app/pools/state-university/")
+
+    expect(page.locator('#quota-tree tr[data-node="biology"] td.used')).to_have_text("16")
+    expect(page.locator(f'#waiting tr[data-order="{waiting.pk}"]')).to_contain_text(
+        "Physics Department")
+    expect(page.locator('table.tidal-runs[data-step="night-training"]')).to_contain_text("37.2")
+    screenshot(page, "quotas-operator", full_page=True)
