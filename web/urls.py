@@ -45,6 +45,8 @@ urlpatterns = [
     path("app/pools/", views_pools.pools, name="pools"),
     path("app/pools/<slug:name>/", views_pools.pool_detail, name="pool"),
     path("app/pools/<slug:name>/live/", views_pools.pool_live, name="pool-live"),
+    path("app/pools/<slug:name>/orders/<int:order_id>/cancel/", views_pools.cancel_waiting,
+         name="pool-cancel-order"),
     path("provider/", views_provider.fleet, name="provider"),
     path("provider/prices/", views_provider.set_price, name="set-price"),
     path("provider/earnings/", views_provider.earnings, name="earnings"),

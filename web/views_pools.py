@@ -6,10 +6,11 @@ node, every waiting order and the tidal schedule with its last runs."""
 import uuid
 from functools import wraps
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
 from market import orders
 from market.models import Order
@@ -174,6 +175,27 @@ def pool_detail(request, name: str):
 @pool_viewer_required
 def pool_live(request, name: str):
     """The live part of a pool's page, refreshed by htmx every few seconds."""
-    pool = _pool_or_404(request, name)
+    return _live_response(request, _pool_or_404(request, name))
+
+
+def _live_response(request, pool: Pool):
     return render(request, "web/partials/pool_live.html",
                   _live(pool, request.organization, request.is_operator))
+
+
+@require_POST
+@pool_viewer_required
+def cancel_waiting(request, name: str, order_id: int):
+    """Cancel one of the organisation's waiting orders in this pool (htmx: answers the live
+    part)."""
+    pool = _pool_or_404(request, name)
+    order = get_object_or_404(Order, pk=order_id, pool=pool, tenant=request.organization)
+    try:
+        orders.cancel_order(order=order, actor=request.user.get_username())
+    except orders.OrderError as exc:
+        messages.error(request, f"Order {order.pk} not cancelled: {exc.message}.")
+    else:
+        messages.success(request, f"Order {order.pk} cancelled.")
+    if request.headers.get("HX-Request"):
+        return _live_response(request, pool)
+    return redirect("web:pool", name=pool.name)

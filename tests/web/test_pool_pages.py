@@ -124,3 +124,32 @@ def test_a_member_orders_with_one_of_the_pools_priority_classes(pool_member_web,
 
     placed = Order.objects.get(idempotency_key="web-2")
     assert (placed.priority, placed.priority_class.name) == (500, "urgent")
+
+
+def test_a_member_cancels_its_waiting_order_through_htmx(pool_member_web, tenant, campus_pool):
+    run(tenant, campus_pool, 8, 8)
+    waiting = order(tenant, campus_pool, 8)
+    admit(campus_pool)
+
+    response = pool_member_web.post(f"/app/pools/campus/orders/{waiting.pk}/cancel/",
+                                    HTTP_HX_REQUEST="true")
+
+    waiting.refresh_from_db()
+    assert waiting.state == "cancelled"
+    page = response.content.decode()
+    assert f"Order {waiting.pk} cancelled." in page and "No orders waiting." in page
+
+
+def test_another_organisations_waiting_order_cannot_be_cancelled(pool_member_web,
+                                                                 campus_pool):
+    from ibex.accounts.models import Organization
+
+    physics = Organization.objects.get(slug="physics-lab")
+    waiting = order(physics, campus_pool, 8, queue_name="physics")
+    admit(campus_pool)
+
+    answer = pool_member_web.post(f"/app/pools/campus/orders/{waiting.pk}/cancel/")
+
+    assert answer.status_code == 404
+    waiting.refresh_from_db()
+    assert waiting.state != "cancelled"
