@@ -144,6 +144,13 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 X_FRAME_OPTIONS = "DENY"
 
+# Web forms outside DRF (ibex/ratelimit.py): failed log-ins per address+user and per address.
+IBEX_RATE_LIMITS = {
+    "login": os.environ.get("RATE_LIMIT_LOGIN", "10/5m"),
+    "login-address": os.environ.get("RATE_LIMIT_LOGIN_ADDRESS", "50/5m"),
+    "keys": os.environ.get("THROTTLE_KEYS", "30/hour"),
+}
+
 # --- web marketplace (web/) ---------------------------------------------------------------
 LOGIN_URL = "web:login"
 LOGIN_REDIRECT_URL = "web:home"
@@ -164,12 +171,15 @@ REST_FRAMEWORK = {
     # `format` is ours (e.g. topology.conf?format=slurm-block), not a renderer override
     "URL_FORMAT_OVERRIDE": None,
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        "ibex.api.throttles.AnonRateThrottle",
+        "ibex.api.throttles.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": os.environ.get("THROTTLE_ANON", "120/min"),
         "user": os.environ.get("THROTTLE_USER", "3000/min"),
+        "orders": os.environ.get("THROTTLE_ORDERS", "300/min"),  # per organisation
+        "keys": os.environ.get("THROTTLE_KEYS", "30/hour"),  # key creation, per organisation
+        "heartbeat": os.environ.get("THROTTLE_HEARTBEAT", "30/min"),  # per node
     },
 }
 

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from ibex.accounts import services
 from ibex.accounts.models import ApiKey, Organization, ProviderProfile
 from ibex.accounts.permissions import ReadOrProvide, organization_of, scopes_of
+from ibex.api.throttles import KeyCreationThrottle
 
 
 class StrictSerializer(serializers.Serializer):
@@ -171,6 +172,10 @@ class IssuedKeySerializer(ApiKeySerializer):
 class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                     mixins.DestroyModelMixin, viewsets.GenericViewSet):
     serializer_class = ApiKeySerializer
+
+    def get_throttles(self):
+        extra = [KeyCreationThrottle()] if self.action == "create" else []
+        return [*super().get_throttles(), *extra]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):

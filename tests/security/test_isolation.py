@@ -27,7 +27,8 @@ from fabric import services as fabric_services
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
 from ibex.accounts.permissions import ALL_SCOPES, _ScopePermission
-from market import leasing, services as market
+from market import leasing
+from market import services as market
 from market.orders import OrderRequest, place_order
 from pool import services as pool
 from pool.models import Gpu, Pool
