@@ -265,7 +265,10 @@ CELERY_BEAT_SCHEDULE.update({
     "meter-usage": {"task": "market.meter_usage", "schedule": 60.0},
     "start-automatic-top-ups": {"task": "market.start_automatic_top_ups", "schedule": 60.0},
     "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
+    "resend-unsent-payouts": {"task": "market.resend_unsent_payouts", "schedule": 300.0},
 })
+METERING_CATCH_UP_MINUTES = env_int("METERING_CATCH_UP_MINUTES", 10)
+PAYOUT_RESEND_AFTER_S = env_int("PAYOUT_RESEND_AFTER_S", 600)
 PLACING_TIMEOUT_S = env_int("PLACING_TIMEOUT_S", 300)
 CELERY_BEAT_SCHEDULE.update({
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",

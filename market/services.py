@@ -698,6 +698,15 @@ def create_payout(*, provider: Organization, actor: str = "system") -> Payout | 
     return payout
 
 
+def unsent_payouts(*, older_than_s: int, now: datetime | None = None) -> list[int]:
+    """Pending payouts that never reached Stripe (their task was lost: a worker killed, a
+    broker restarted) after this long; sending one again is safe (idempotency keys)."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=older_than_s)
+    return list(Payout.objects.filter(state=P.PENDING, stripe_payout_id__isnull=True,
+                                      created_at__lt=cutoff).order_by("pk")
+                .values_list("pk", flat=True))
+
+
 def schedule_payouts() -> list[Payout]:
     providers = Organization.objects.filter(connect_account__payouts_enabled=True)
     return [p for p in (create_payout(provider=org) for org in providers) if p is not None]
