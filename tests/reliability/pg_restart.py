@@ -137,7 +137,7 @@ def _load(args, postgres) -> dict:
     for thread in threads:
         thread.start()
     restarts = []
-    for r in range(args.restarts):
+    for _ in range(args.restarts):
         time.sleep(args.seconds / (args.restarts + 1))
         before = len(acknowledged)
         down = time.monotonic()
