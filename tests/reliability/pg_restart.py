@@ -182,10 +182,10 @@ def _wait_and_check(figures: dict) -> dict:
         overlapping = cursor.fetchone()[0]
     return {
         "acknowledged_orders_missing": len(set(ids)) - orders.count(),
-        # Refused is a final answer too (GPUs taken by a concurrent order, said so); open
+        # Refused is a final answer too (no free GPU, or taken by a concurrent order); open
         # or resting here would be an order stuck half-way, its money held.
         "acknowledged_orders_stuck": orders.exclude(state__in=["filled", "refused"]).count(),
-        "orders_refused_by_contention": orders.filter(state="refused").count(),
+        "orders_refused": orders.filter(state="refused").count(),  # no free GPU left, or raced
         "holds_open_without_a_live_order": _orphan_holds(),
         "orders_per_key_above_one": Order.objects.filter(idempotency_key__in=keys).count()
         - len(set(keys)),
