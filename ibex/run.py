@@ -69,6 +69,7 @@ def children(host: str, port: int) -> dict[str, list[str]]:
     return {
         "web": [python, "-m", "gunicorn", "ibex.wsgi:application", "--bind", f"{host}:{port}",
                 "--workers", os.environ.get("WEB_CONCURRENCY", "2"), "--access-logfile", "-"],
+        # no -Q: the default queue and every placement partition (scheduler/routing.py)
         "worker": [python, "-m", "celery", "-A", "ibex", "worker", "--loglevel", "info",
                    "--concurrency", "2", "--hostname", f"demo-{os.getpid()}@%h"],
         "beat": [python, "-m", "celery", "-A", "ibex", "beat", "--loglevel", "info",

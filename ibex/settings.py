@@ -8,6 +8,8 @@ import os
 import secrets
 from pathlib import Path
 
+from kombu import Exchange, Queue
+
 from ibex.config import (
     ConfigError,
     check_redis_url,
@@ -217,6 +219,13 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "ibex")
 CELERY_TASK_ACKS_LATE = True
+# An unacknowledged message (its worker killed) is delivered again after this long; workers
+# look for such messages every CELERY_RESTORE_INTERVAL_S (one cheap sorted-set range query).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600),
+    "unacked_restore_interval": env_int("CELERY_RESTORE_INTERVAL_S", 10),
+    "unacked_restore_throttle": 1,
+}
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -244,6 +253,8 @@ LOGGING = {
 
 # --- pool -------------------------------------------------------------------------------------
 NODE_HEARTBEAT_INTERVAL_S = env_int("NODE_HEARTBEAT_INTERVAL_S", 15)
+# A heartbeat answer that asks a node to start a lease asks for the next heartbeat this soon.
+BINDING_ACK_INTERVAL_S = env_int("BINDING_ACK_INTERVAL_S", 1)
 PROVIDER_BURN_IN_S = env_int("PROVIDER_BURN_IN_S", 600)
 CELERY_BEAT_SCHEDULE.update({
     "mark-unreachable-nodes": {"task": "pool.mark_unreachable_nodes", "schedule": 15.0},
@@ -257,6 +268,13 @@ PAYOUT_MINIMUM_MICROS = env_int("PAYOUT_MINIMUM_MICROS", 25_000_000)
 TOP_UP_MIN_MICROS = env_int("TOP_UP_MIN_MICROS", 5_000_000)
 TOP_UP_MAX_MICROS = env_int("TOP_UP_MAX_MICROS", 10_000_000_000)
 STRIPE_PUBLISHABLE_KEY = os.environ.get("STRIPE_PUBLISHABLE_KEY", "")
+# Stripe.js, for the card element of the top-up page. Stripe requires it be loaded from
+# js.stripe.com, so it is, but only when real keys are configured; with none (offline, demos)
+# the page loads nothing from outside. Tests point it at the fake Stripe's /v3/.
+STRIPE_JS_URL = os.environ.get(
+    "STRIPE_JS_URL",
+    "https://js.stripe.com/v3/" if STRIPE_PUBLISHABLE_KEY.startswith(("pk_live_", "pk_test_"))
+    else "")
 STRIPE_CONNECT_RETURN_URL = os.environ.get("STRIPE_CONNECT_RETURN_URL",
                                            "https://ibex.example/provider/payouts/done")
 STRIPE_CONNECT_REFRESH_URL = os.environ.get("STRIPE_CONNECT_REFRESH_URL",
@@ -270,9 +288,21 @@ CELERY_BEAT_SCHEDULE.update({
 METERING_CATCH_UP_MINUTES = env_int("METERING_CATCH_UP_MINUTES", 10)
 PAYOUT_RESEND_AFTER_S = env_int("PAYOUT_RESEND_AFTER_S", 600)
 PLACING_TIMEOUT_S = env_int("PLACING_TIMEOUT_S", 300)
+PLACEMENT_ATTEMPTS = env_int("PLACEMENT_ATTEMPTS", 5)  # then the lease fails, refunded
+PLACEMENT_BACKOFF_BASE_S = env_int("PLACEMENT_BACKOFF_BASE_S", 2)  # 2, 4, 8, 16 s ...
+PLACEMENT_BACKOFF_CAP_S = env_int("PLACEMENT_BACKOFF_CAP_S", 60)
+PLACEMENT_REQUEUE_S = env_int("PLACEMENT_REQUEUE_S", 60)  # pending this long: queue again
+# Placement queues, by fabric: <default queue>.place-<fabric id mod N> (scheduler/routing.py).
+PLACEMENT_PARTITIONS = env_int("PLACEMENT_PARTITIONS", 4)
+CELERY_TASK_ROUTES = ("scheduler.routing.route_task",)
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in [
+    CELERY_TASK_DEFAULT_QUEUE,
+    *(f"{CELERY_TASK_DEFAULT_QUEUE}.place-{k}" for k in range(PLACEMENT_PARTITIONS))]]
 CELERY_BEAT_SCHEDULE.update({
+    # the safety net: the last heartbeat acknowledgement activates a lease at once
     "activate-acknowledged-leases": {"task": "scheduler.activate_acknowledged_leases",
                                      "schedule": 5.0},
+    "requeue-unplaced-leases": {"task": "scheduler.requeue_unplaced_leases", "schedule": 30.0},
     "fail-stuck-leases": {"task": "scheduler.fail_stuck_leases", "schedule": 30.0},
     "remediate-leases": {"task": "scheduler.remediate_leases", "schedule": 15.0},
 })
@@ -298,4 +328,10 @@ CELERY_BEAT_SCHEDULE.update({
     "evaluate-slas": {"task": "scheduler.evaluate_slas", "schedule": 60.0},
     "sync-events": {"task": "scheduler.sync_events", "schedule": 10.0},
     "fan-out-events": {"task": "scheduler.fan_out_events", "schedule": 15.0},
+})
+
+# Private pools (issue 10): quota admission and tidal schedules.
+CELERY_BEAT_SCHEDULE.update({
+    "admit-pools": {"task": "scheduler.admit_pools", "schedule": 10.0},
+    "apply-tidal-steps": {"task": "scheduler.apply_tidal_steps", "schedule": 30.0},
 })

@@ -24,7 +24,8 @@ urlpatterns = [
     path("", include("web.urls")),
 ]
 
-handler400 = "ibex.api.errors.json_400"
-handler403 = "ibex.api.errors.json_403"
-handler404 = "ibex.api.errors.json_404"
-handler500 = "ibex.api.errors.json_500"
+# HTML pages for people, the API's JSON error shape under /api/ (web.errors decides by path)
+handler400 = "web.errors.bad_request"
+handler403 = "web.errors.permission_denied"
+handler404 = "web.errors.page_not_found"
+handler500 = "web.errors.server_error"

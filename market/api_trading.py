@@ -229,6 +229,13 @@ class OrderCreateSerializer(StrictSerializer):
     topology = TopologySerializer(required=False)
     start_window = StartWindowSerializer(required=False, allow_null=True, default=None)
     fill = serializers.ChoiceField(choices=Order.Fill.choices, default=Order.Fill.FILL_OR_KILL)
+    pool = serializers.SlugField(max_length=100, required=False, default="",
+                                 help_text="a private pool where you hold quota: priced in "
+                                           "quota (give max_price_per_gpu_hour 0.00)")
+    queue = serializers.SlugField(max_length=100, required=False, default="",
+                                  help_text="your quota queue in that pool (if you have several)")
+    priority = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=0,
+                                        help_text="private pools: higher is admitted first")
 
     def validate_max_price_per_gpu_hour(self, micros):
         if micros < 0:
@@ -249,7 +256,8 @@ class OrderCreateSerializer(StrictSerializer):
             tier=data["tier"], max_price_micros=data["max_price_per_gpu_hour"],
             topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
             start_latest=window.get("latest"), fill=data["fill"],
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, pool=data["pool"], queue=data["queue"],
+            priority=data["priority"],
         )
 
 
@@ -257,11 +265,14 @@ class OrderSerializer(serializers.ModelSerializer):
     max_price_per_gpu_hour = DollarsField(source="max_price_micros")
     lease = serializers.PrimaryKeyRelatedField(read_only=True)
     start_window = serializers.SerializerMethodField()
+    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    queue = serializers.SlugRelatedField(source="quota_node", slug_field="name", read_only=True)
 
     class Meta:
         model = Order
         fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
-                  "max_price_per_gpu_hour", "topology", "start_window", "fill", "created_at"]
+                  "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
+                  "priority", "queue_position", "created_at"]
 
     @extend_schema_field(StartWindowSerializer(allow_null=True))
     def get_start_window(self, order) -> dict | None:
@@ -295,7 +306,8 @@ class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         if getattr(self, "swagger_fake_view", False):
             return Order.objects.none()
         org = organization_of(self.request)
-        return Order.objects.all() if org.is_operator else Order.objects.filter(tenant=org)
+        orders_ = Order.objects.select_related("pool", "quota_node")
+        return orders_ if org.is_operator else orders_.filter(tenant=org)
 
     @extend_schema(request=OrderCreateSerializer, responses={201: OrderSerializer,
                                                             200: OrderSerializer},

@@ -62,6 +62,10 @@ def change_lease_state(*, lease: Lease, to_state: str, actor: str, reason: str) 
         _unbind(locked)
         _release_from(locked, timezone.now())
         _release_hold(locked, reason=f"lease {locked.pk} {to_state}")
+        if locked.quota_node_id is not None:  # a private pool's lease: GPU-hours, not money
+            from market import pool_orders
+
+            pool_orders.record_quota_usage(lease=locked)
     return locked
 
 
@@ -198,4 +202,35 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
     LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
                               reason=f"{reason}: GPUs {sorted(away_from)} → "
                                      f"{sorted(g.gpu_id for g in onto)}")
+    return locked
+
+
+@transaction.atomic
+def replace_allocations(*, lease: Lease, gpus: list[GpuChoice], gpu_model: str, locality: dict,
+                        price_micros: int, reason: str, starts_at: datetime,
+                        actor: str = "scheduler") -> Lease:
+    """Put a lease that is not placed yet on other GPUs, from `starts_at` to its end: its
+    allocations are rewritten (the exclusion constraint decides any race: GpusUnavailable)
+    and a `moved` event records both sides."""
+    locked = Lease.objects.select_for_update().get(pk=lease.pk)
+    if locked.state != S.PENDING:
+        raise LeaseTransitionError(f"a {locked.state} lease is not re-placed")
+    Allocation.objects.filter(lease=locked).delete()
+    period = DateTimeTZRange(max(starts_at, locked.starts_at), locked.ends_at)
+    try:
+        with transaction.atomic():
+            Allocation.objects.bulk_create([
+                Allocation(lease=locked, gpu_id=g.gpu_id, period=period,
+                           price_micros=g.price_micros)
+                for g in sorted(gpus, key=lambda g: g.gpu_id)])
+    except IntegrityError as exc:
+        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable("another lease took one of these GPUs meanwhile") from None
+    LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
+                              reason=f"{reason}; now on GPUs "
+                                     f"{sorted(g.gpu_id for g in gpus)}"[:500])
+    locked.gpu_model, locked.locality = gpu_model, locality
+    locked.price_micros = min(price_micros, locked.max_price_micros)
+    locked.save(update_fields=["gpu_model", "locality", "price_micros"])
     return locked

@@ -15,6 +15,7 @@ from django.db.models.lookups import Exact
 from ibex.accounts.models import Organization
 
 USD = "usd"
+GPU_HOURS = "gph"  # private pools: micro-GPU-hours, never money (see market/pool_orders.py)
 
 
 class Account(models.Model):
@@ -30,10 +31,13 @@ class Account(models.Model):
         SLA_CREDITS = "sla_credits"
         PROMOTIONS = "promotions"
         STRIPE_CLEARING = "stripe_clearing"
+        QUOTA_USED = "quota_used"  # GPU-hours an organisation used in private pools
+        QUOTA_ISSUED = "quota_issued"  # GPU-hours a pool owner's pools gave out (negative)
 
     PLATFORM_KINDS = (Kind.PLATFORM_REVENUE, Kind.SLA_CREDITS, Kind.PROMOTIONS,
                       Kind.STRIPE_CLEARING)
-    MAY_GO_NEGATIVE = (Kind.SLA_CREDITS, Kind.PROMOTIONS, Kind.STRIPE_CLEARING)
+    MAY_GO_NEGATIVE = (Kind.SLA_CREDITS, Kind.PROMOTIONS, Kind.STRIPE_CLEARING,
+                       Kind.QUOTA_ISSUED)
 
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, null=True,
                                      blank=True, related_name="ledger_accounts",
@@ -50,7 +54,7 @@ class Account(models.Model):
                                     nulls_distinct=False, name="one_account_per_org_kind"),
             models.CheckConstraint(
                 condition=Q(balance_micros__gte=0) | Q(kind__in=[
-                    "sla_credits", "promotions", "stripe_clearing"]),
+                    "sla_credits", "promotions", "stripe_clearing", "quota_issued"]),
                 name="account_balance_not_negative",
             ),
             models.CheckConstraint(
@@ -58,7 +62,7 @@ class Account(models.Model):
                     "platform_revenue", "sla_credits", "promotions", "stripe_clearing"])
                 | Q(organization__isnull=False, kind__in=[
                     "tenant_available", "tenant_held", "provider_payable",
-                    "provider_held_back"]),
+                    "provider_held_back", "quota_used", "quota_issued"]),
                 name="account_owner_matches_kind",
             ),
         ]
@@ -82,6 +86,7 @@ class LedgerTransaction(models.Model):
         REFUND = "refund"
         REFUND_REVERSAL = "refund_reversal"
         SLA_CREDIT = "sla_credit"
+        QUOTA_USAGE = "quota_usage"
 
     cause = models.CharField(max_length=20, choices=Cause.choices)
     source_type = models.CharField(max_length=40, help_text="the kind of row that caused it")
@@ -454,6 +459,10 @@ class Lease(models.Model):
     ends_at = models.DateTimeField()
     locality = models.JSONField(default=dict, help_text="leaves, spines, max_hops")
     preempt_at = models.DateTimeField(null=True, blank=True)
+    quota_node = models.ForeignKey("pool.QuotaNode", null=True, blank=True,
+                                   on_delete=models.PROTECT, related_name="leases",
+                                   help_text="private pools: the queue whose quota it uses")
+    priority = models.IntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -524,6 +533,7 @@ class Order(models.Model):
         REFUSED = "refused"
         CANCELLED = "cancelled"
         EXPIRED = "expired"
+        QUEUED = "queued"  # a private-pool order waiting for quota admission
 
     class Fill(models.TextChoices):
         FILL_OR_KILL = "fill_or_kill"
@@ -544,6 +554,13 @@ class Order(models.Model):
     reason = models.CharField(max_length=500, blank=True)
     lease = models.OneToOneField(Lease, null=True, blank=True, on_delete=models.SET_NULL,
                                  related_name="order")
+    pool = models.ForeignKey("pool.Pool", null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="orders", help_text="a private pool: priced in quota")
+    quota_node = models.ForeignKey("pool.QuotaNode", null=True, blank=True,
+                                   on_delete=models.PROTECT, related_name="orders")
+    priority = models.IntegerField(default=0)
+    queue_position = models.PositiveIntegerField(null=True, blank=True,
+                                                 help_text="1 = next; set while queued")
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -554,6 +571,9 @@ class Order(models.Model):
                                     name="order_idempotency_key_unique_per_tenant"),
             models.CheckConstraint(condition=Q(gpus__gt=0) & Q(hours__gt=0)
                                    & Q(max_price_micros__gte=0), name="order_quantities_positive"),
+            models.CheckConstraint(condition=Q(pool__isnull=True)
+                                   | (Q(quota_node__isnull=False) & Q(max_price_micros=0)),
+                                   name="pool_order_in_a_queue_and_unpriced"),
         ]
         indexes = [models.Index(fields=["tier", "state"])]
 

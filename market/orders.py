@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ibex.accounts.models import Organization
 from ibex.outbox import services as outbox
-from market import clearing, leasing
+from market import clearing, leasing, pool_orders
 from market import services as money
 from market.models import Hold, Lease, Order, OrderEvent
 from market.money import divide_rounded
@@ -28,7 +28,8 @@ from pool.services import offered_gpus
 
 OS = Order.State
 ORDER_TRANSITIONS = {
-    OS.OPEN: {OS.FILLED, OS.RESTING, OS.REFUSED, OS.CANCELLED},
+    OS.OPEN: {OS.FILLED, OS.RESTING, OS.REFUSED, OS.CANCELLED, OS.QUEUED},
+    OS.QUEUED: {OS.FILLED, OS.CANCELLED},
     OS.RESTING: {OS.FILLED, OS.CANCELLED, OS.EXPIRED},
     OS.FILLED: set(),
     OS.REFUSED: set(),
@@ -59,6 +60,9 @@ class OrderRequest:
     start_latest: datetime | None = None
     fill: str = Order.Fill.FILL_OR_KILL
     idempotency_key: str = ""
+    pool: str = ""  # a private pool: priced in quota (market.pool_orders)
+    queue: str = ""
+    priority: int = 0
 
 
 def order_ref(order: Order) -> str:
@@ -101,11 +105,20 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                                         idempotency_key=request.idempotency_key).first()
         if existing is not None:
             return existing
-    _check(request)
+    target = None
+    if request.pool:
+        target = pool_orders.resolve_target(
+            tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
+            tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
+            priority=request.priority)
+    else:
+        _check(request)
     try:
         with transaction.atomic():
             order = _create_and_hold(tenant, request, actor)
-            if order.tier == Lease.Tier.ON_DEMAND:
+            if target is not None:
+                pool_orders.queue_order(order=order, target=target, actor=actor)
+            elif order.tier == Lease.Tier.ON_DEMAND:
                 match_on_demand(order=order, actor=actor)
             else:
                 _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
@@ -125,7 +138,7 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) ->
         gpus=request.gpus, hours=request.hours, tier=request.tier,
         max_price_micros=request.max_price_micros, topology=request.topology,
         start_earliest=request.start_earliest, start_latest=request.start_latest,
-        fill=request.fill,
+        fill=request.fill, priority=request.priority,
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
     cost = max_cost_micros(request)
@@ -148,25 +161,33 @@ class FreeGpu:
     price_micros: int
 
 
-def free_priced_gpus(order: Order, start: datetime, end: datetime) -> dict[tuple, list[FreeGpu]]:
+def free_priced_gpus(order: Order, start: datetime, end: datetime,
+                     gpu_model_of: dict[str, str] | None = None) -> dict[tuple, list[FreeGpu]]:
     """(fabric, spine, leaf, hostname) → its free priced GPUs, cheapest first: offered, of an
-    accepted model, for sale over the whole range and for this many hours."""
+    accepted model, for sale over the whole range and for this many hours. `gpu_model_of`,
+    when given, is filled with each node's GPU model (hostname → model)."""
     window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
         Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
     rows = (
-        offered_gpus()
+        offered_gpus().exclude(node__pools__kind="private")  # private pools are not sold
         # one filter() call: every condition on `prices` must hold for the same (current) row
         .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
                   prices__min_lease_hours__lte=order.hours) & window)
         .exclude(allocations__period__overlap=(start, end))
+        .order_by()  # sorted per node below
         .values_list("id", "index", "prices__price_micros", "node__fabric__name",
-                     "node__host__spine", "node__host__leaf", "node__hostname")
+                     "node__host__spine", "node__host__leaf", "node__hostname",
+                     "gpu_model__name")
     )
     by_node: dict[tuple, list[FreeGpu]] = defaultdict(list)
-    for gpu_id, index, price, fabric, spine, leaf, host in rows:
+    models: dict[str, str] = {}
+    for gpu_id, index, price, fabric, spine, leaf, host, model in rows:
         by_node[(fabric, spine, leaf, host)].append(FreeGpu(gpu_id, index, price))
+        models[host] = model
     for gpus in by_node.values():
         gpus.sort(key=lambda g: (g.price_micros, g.index))
+    if gpu_model_of is not None:
+        gpu_model_of.update(models)
     return by_node
 
 
@@ -204,22 +225,49 @@ def max_hops(keys: list[tuple]) -> int:
     return 4 if len({(k[0], k[1]) for k in keys}) == 1 else 6
 
 
+@dataclass(frozen=True)
+class FoundGpus:
+    """Where the placement engine put an order: the GPUs chosen (with their node keys)."""
+
+    chosen: list[tuple[tuple, FreeGpu]]
+    gpu_model: str
+
+    def choices(self) -> list[leasing.GpuChoice]:
+        return [leasing.GpuChoice(g.gpu_id, g.price_micros) for _, g in self.chosen]
+
+    def locality(self) -> dict:
+        keys = [k for k, _ in self.chosen]
+        return {"leaves": len({(k[0], k[2]) for k in keys}),
+                "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
+
+    def price_micros(self, limit_micros: int) -> int:
+        prices = [g.price_micros for _, g in self.chosen]
+        return min(divide_rounded(sum(prices), len(prices)), limit_micros)
+
+
+def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
+    """Run the placement engine for `order` on the GPUs free over [start, end) now: the
+    cheapest set that satisfies its models, topology and price limit, or why there is none."""
+    models: dict[str, str] = {}
+    by_node = free_priced_gpus(order, start, end, gpu_model_of=models)
+    result = clearing.match_on_demand(LEVELS, offers_from(by_node, models),
+                                      [bid_for(order)], make_placer())
+    if result.refused:
+        return result.refused[0].reason
+    chosen = _cheapest_gpus(by_node, result.matched[0].lines)
+    return FoundGpus(chosen=chosen, gpu_model=models[chosen[0][0][3]])
+
+
 def match_on_demand(*, order: Order, actor: str) -> Order:
     """Fill the order now at posted prices, or refuse it / let it rest, saying why."""
     for _attempt in range(PLACEMENT_RETRIES):
         start = timezone.now()
         end = start + timedelta(hours=order.hours)
-        by_node = free_priced_gpus(order, start, end)
-        models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
-                      .values_list("node__hostname", "gpu_model__name"))
-        result = clearing.match_on_demand(LEVELS, offers_from(by_node, models),
-                                          [bid_for(order)], make_placer())
-        if result.refused:
-            return _not_filled(order, result.refused[0].reason, actor)
-        match = result.matched[0]
-        chosen = _cheapest_gpus(by_node, match.lines)
+        found = find_gpus(order, start, end)
+        if isinstance(found, str):
+            return _not_filled(order, found, actor)
         try:
-            lease = _lease_for(order, chosen, models[chosen[0][0][3]], start, end, actor)
+            lease = _lease_for(order, found, start, end, actor)
         except leasing.GpusUnavailable:
             continue  # another order took one of them meanwhile: look again
         order.lease = lease
@@ -242,17 +290,11 @@ def _cheapest_gpus(by_node: dict, lines) -> list[tuple[tuple, FreeGpu]]:
     return chosen
 
 
-def _lease_for(order, chosen, model, start, end, actor) -> Lease:
-    prices = [g.price_micros for _, g in chosen]
-    keys = [k for k, _ in chosen]
-    locality = {"leaves": len({(k[0], k[2]) for k in keys}),
-                "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
+def _lease_for(order: Order, found: FoundGpus, start, end, actor) -> Lease:
     return leasing.create_lease(
-        tenant=order.tenant, tier=order.tier, gpu_model=model,
-        gpus=[leasing.GpuChoice(g.gpu_id, g.price_micros) for _, g in chosen],
-        starts_at=start, ends_at=end, price_micros=min(divide_rounded(sum(prices), len(prices)),
-                                                       order.max_price_micros),
-        max_price_micros=order.max_price_micros, locality=locality, actor=actor,
+        tenant=order.tenant, tier=order.tier, gpu_model=found.gpu_model, gpus=found.choices(),
+        starts_at=start, ends_at=end, price_micros=found.price_micros(order.max_price_micros),
+        max_price_micros=order.max_price_micros, locality=found.locality(), actor=actor,
     )
 
 
@@ -276,7 +318,7 @@ def _release(order: Order, actor: str, reason: str) -> None:
 @transaction.atomic
 def cancel_order(*, order: Order, actor: str) -> Order:
     order = Order.objects.select_for_update().get(pk=order.pk)
-    if order.state not in (OS.OPEN, OS.RESTING):
+    if order.state not in (OS.OPEN, OS.RESTING, OS.QUEUED):
         raise OrderError(f"a {order.state} order cannot be cancelled", code="invalid_state")
     _release(order, actor, "cancelled")
     return _change_state(order, OS.CANCELLED, actor, "cancelled by the tenant")

@@ -452,6 +452,80 @@ def grant_sla_credit(*, tenant: Organization, provider: Organization, amount_mic
                            Line(available, amount_micros)])
 
 
+# --- operator refunds of leases ----------------------------------------------------------------------
+
+LEASE_REFUND = "lease_refund"
+
+
+@dataclass(frozen=True)
+class LeaseCancellation:
+    lease_id: int
+    state: str
+    refunded_micros: int
+    detail: str
+
+
+@transaction.atomic
+def cancel_lease_with_refund(*, lease_id: int, actor: str, reason: str) -> LeaseCancellation:
+    """An operator settles a dispute: the lease ends now (terminated; its GPUs come free and the
+    unused hold goes back to the tenant) and everything the tenant was charged for it so far
+    comes back to the tenant's available balance, in one transaction.
+
+    The refund reverses the usage split: each provider gives back its payable share and
+    hold-back (as far as its balances still hold them: a paid-out share is not clawed back),
+    the platform its fee, and the platform's SLA credits account covers the rest. Refunding a
+    lease twice refunds nothing more (checked under the lease's row lock). The last partial
+    minute, metered after the end, is billed as usual and not part of the refund."""
+    from market import leasing  # leasing imports this module
+    from market.models import Lease
+
+    if not reason.strip():
+        raise MoneyError("say why the lease is cancelled", field="reason")
+    lease = Lease.objects.select_for_update().select_related("tenant").get(pk=lease_id)
+    if lease.state not in leasing.ENDED:
+        lease = leasing.change_lease_state(lease=lease, to_state=Lease.State.TERMINATED,
+                                           actor=actor, reason=f"cancelled by an operator: {reason}")
+    if LedgerTransaction.objects.filter(source_type=LEASE_REFUND, source_id=str(lease.pk)).exists():
+        return LeaseCancellation(lease.pk, lease.state, 0, f"lease {lease.pk} was already refunded")
+    by_payee = (UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease.pk}:")
+                .values("payee").annotate(charge=Sum("charge_micros"), fee=Sum("fee_micros"),
+                                          held_back=Sum("held_back_micros")).order_by("payee"))
+    total = sum(row["charge"] for row in by_payee)
+    if total <= 0:
+        return LeaseCancellation(lease.pk, lease.state, 0,
+                                 f"lease {lease.pk} {lease.state}; nothing was charged for it")
+    payees = Organization.objects.in_bulk([row["payee"] for row in by_payee])
+    revenue = ledger.account(None, Kind.PLATFORM_REVENUE)
+    platform = ledger.account(None, Kind.SLA_CREDITS)
+    available = ledger.account(lease.tenant, Kind.TENANT_AVAILABLE)
+    provider_accounts = [(row, ledger.account(payees[row["payee"]], Kind.PROVIDER_PAYABLE),
+                          ledger.account(payees[row["payee"]], Kind.PROVIDER_HELD_BACK))
+                         for row in by_payee]
+    locked = ledger.lock([revenue, platform, available]
+                         + [a for _, payable, held in provider_accounts for a in (payable, held)])
+    lines = [Line(available, total)]
+    covered = 0
+    fees = 0
+    for row, payable, held in provider_accounts:
+        fees += row["fee"]
+        share = row["charge"] - row["fee"] - row["held_back"]
+        for acc, owed in ((payable, share), (held, row["held_back"])):
+            back = min(owed, locked[acc.pk].balance_micros)
+            if back > 0:
+                lines.append(Line(acc, -back))
+                covered += back
+    fee_back = min(fees, locked[revenue.pk].balance_micros)
+    if fee_back > 0:
+        lines.append(Line(revenue, -fee_back))
+        covered += fee_back
+    if total - covered:
+        lines.append(Line(platform, -(total - covered)))
+    ledger.post(cause=Cause.GRANT, source_type=LEASE_REFUND, source_id=lease.pk, actor=actor,
+                memo=f"refund of lease {lease.pk}: {reason}", lines=lines)
+    return LeaseCancellation(lease.pk, lease.state, total,
+                             f"lease {lease.pk} {lease.state}; {to_dollars(total)} USD refunded")
+
+
 # --- top-ups --------------------------------------------------------------------------------------
 
 
@@ -749,6 +823,42 @@ def payout_failed(*, payout_id: int, error: str, actor: str = "stripe") -> str:
                 amount_micros=payout.amount_micros, cause=Cause.PAYOUT_REVERSAL,
                 source_type="payout", source_id=payout.pk, actor=actor, memo=error)
     return f"payout {payout.pk} failed"
+
+
+@dataclass(frozen=True)
+class PayoutRerun:
+    """What re-running a payout did: `resent` the same payout (pending: the send task again,
+    Stripe's idempotency key keeps it one transfer), or made `new_payout` from the payable
+    balance a failed one gave back, or `nothing` with why."""
+
+    payout: Payout
+    action: str  # "resent", "new_payout", "nothing"
+    new_payout: Payout | None
+    detail: str
+
+
+@transaction.atomic
+def rerun_payout(*, payout: Payout, actor: str) -> PayoutRerun:
+    """An operator re-runs a payout. Idempotent: a pending payout is sent again under its own
+    Stripe idempotency key; a failed one (its money back in payable) becomes a new payout of
+    the payable balance, and a second re-run finds that balance already moved."""
+    payout = _locked_payout(payout.pk)
+    if payout.state == P.PENDING:
+        _queue(_tasks().send_payout, payout.pk)
+        MoneyStateChange.objects.create(subject="payout", subject_id=payout.pk,
+                                        from_state=payout.state, to_state=payout.state,
+                                        actor=actor[:150], reason="re-sent by an operator")
+        return PayoutRerun(payout, "resent", None, f"payout {payout.pk} sent again")
+    if payout.state == P.PAID:
+        return PayoutRerun(payout, "nothing", None, f"payout {payout.pk} is already paid")
+    fresh = create_payout(provider=payout.provider, actor=actor)
+    if fresh is None:
+        return PayoutRerun(payout, "nothing", None,
+                           f"payout {payout.pk} failed; nothing payable to send again "
+                           "(under the minimum, already re-sent, or payouts not enabled)")
+    return PayoutRerun(payout, "new_payout", fresh,
+                       f"payout {payout.pk} failed; payout {fresh.pk} sends "
+                       f"{to_dollars(fresh.amount_micros)} USD")
 
 
 # --- Stripe webhook events ------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from django.db.models import Count, Q
 
 from pool import services
 from pool.models import (
@@ -11,6 +12,8 @@ from pool.models import (
     Pool,
     Quota,
     QuotaNode,
+    TidalRun,
+    TidalStep,
 )
 
 
@@ -37,11 +40,28 @@ class StateChangeInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "provider", "fabric", "gpu_model", "state", "health",
-                    "last_heartbeat_at"]
+    list_display = ["hostname", "provider", "fabric", "leaf", "gpu_model", "gpus", "gpus_unhealthy",
+                    "state", "health", "last_heartbeat_at", "state_changed_at"]
     list_filter = ["state", "health", "gpu_model", "fabric", "provider"]
-    search_fields = ["hostname", "provider__slug"]
-    list_select_related = ["provider", "fabric", "gpu_model"]
+    search_fields = ["hostname", "provider__slug", "host__leaf"]
+    list_select_related = ["provider", "fabric", "gpu_model", "host"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            gpu_count=Count("gpus", distinct=True),
+            gpu_unhealthy=Count("gpus", distinct=True, filter=~Q(gpus__health=Gpu.Health.OK)))
+
+    @admin.display(description="leaf", ordering="host__leaf")
+    def leaf(self, node):
+        return node.host.leaf
+
+    @admin.display(description="GPUs", ordering="gpu_count")
+    def gpus(self, node):
+        return node.gpu_count
+
+    @admin.display(description="GPUs not ok", ordering="gpu_unhealthy")
+    def gpus_unhealthy(self, node):
+        return node.gpu_unhealthy
     readonly_fields = ["state", "health", "last_heartbeat_at", "healthy_since", "token_prefix",
                        "token_hash", "state_changed_at", "created_at"]
     inlines = [GpuInline, StateChangeInline]
@@ -106,8 +126,31 @@ class QuotaInline(admin.TabularInline):
 
 @admin.register(QuotaNode)
 class QuotaNodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "pool", "parent", "cohort", "organization", "preempt_within_queue"]
+    list_display = ["name", "pool", "parent", "cohort", "organization", "preempt_within_queue",
+                    "shape_nodes"]
     list_filter = ["pool"]
     search_fields = ["name", "pool__name", "organization__slug"]
     list_select_related = ["pool", "parent", "organization"]
     inlines = [QuotaInline]
+
+
+@admin.register(TidalStep)
+class TidalStepAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "daily_at", "at"]
+    list_filter = ["pool"]
+    list_select_related = ["pool"]
+
+
+@admin.register(TidalRun)
+class TidalRunAdmin(admin.ModelAdmin):
+    """Applied steps are history: read only."""
+
+    list_display = ["step", "due_at", "started_at", "in_force_at", "gpus_to_give_way",
+                    "leases_preempted"]
+    list_select_related = ["step"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -18,7 +18,7 @@ from ibex.api.errors import ApiError
 from ibex.api.throttles import HeartbeatThrottle
 from pool import quota as core
 from pool import quotas, services
-from pool.models import Gpu, GpuModel, Node, Pool
+from pool.models import Gpu, GpuModel, Node, Pool, TidalRun
 
 MAX_BULK_NODES = 1000
 
@@ -361,17 +361,35 @@ class PoolCapacitySerializer(serializers.Serializer):
     bound = serializers.IntegerField(help_text="of those, GPUs bound to leases now")
 
 
+class TidalRunSerializer(serializers.ModelSerializer):
+    step = serializers.CharField(source="step.name")
+    seconds_to_force = serializers.FloatField(
+        allow_null=True, help_text="from the start until the new split was in force")
+
+    class Meta:
+        model = TidalRun
+        fields = ["step", "due_at", "started_at", "in_force_at", "seconds_to_force",
+                  "gpus_to_give_way", "leases_preempted", "notice_s"]
+
+
 class PoolSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.slug")
     capacity = serializers.SerializerMethodField()
+    tidal_runs = serializers.SerializerMethodField()
 
     class Meta:
         model = Pool
-        fields = ["name", "kind", "owner", "created_at", "capacity"]
+        fields = ["name", "kind", "owner", "created_at", "capacity", "tidal_runs"]
 
     @extend_schema_field(PoolCapacitySerializer(many=True))
     def get_capacity(self, pool) -> list[dict]:
         return quotas.pool_capacity(pool)
+
+    @extend_schema_field(TidalRunSerializer(many=True))
+    def get_tidal_runs(self, pool) -> list[dict]:
+        """The pool's last ten tidal schedule steps applied, newest first."""
+        runs = TidalRun.objects.filter(step__pool=pool).select_related("step")[:10]
+        return TidalRunSerializer(runs, many=True).data
 
 
 class PoolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -395,8 +413,19 @@ class QuotaSerializer(serializers.Serializer):
     borrowing_limit = serializers.IntegerField(allow_null=True)
     lending_limit = serializers.IntegerField(allow_null=True)
     available_if_idle = serializers.IntegerField(
-        help_text="what the node may take while nothing runs in the pool (usage per queue "
-                  "comes from the market's leases)")
+        help_text="what the node may take while nothing runs in the pool")
+    used = serializers.IntegerField(help_text="GPUs its leases (or its queues') hold now")
+    borrowed = serializers.IntegerField(help_text="GPUs a queue uses beyond its nominal")
+    lent = serializers.IntegerField(help_text="GPUs of its idle nominal others use now")
+    available_now = serializers.IntegerField(help_text="how many more it may take now")
+
+
+class WaitingOrderSerializer(serializers.Serializer):
+    order = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    priority = serializers.IntegerField()
+    position = serializers.IntegerField(allow_null=True, help_text="1 = next in the pool")
+    reason = serializers.CharField(allow_blank=True)
 
 
 class QuotaNodeSerializer(serializers.Serializer):
@@ -407,8 +436,10 @@ class QuotaNodeSerializer(serializers.Serializer):
     cohort = serializers.CharField(allow_blank=True)
     organization = serializers.CharField(allow_null=True)
     preempt_within_queue = serializers.BooleanField()
+    shape_nodes = serializers.IntegerField(allow_null=True)
     is_queue = serializers.BooleanField()
     quotas = QuotaSerializer(many=True)
+    waiting = WaitingOrderSerializer(many=True)
 
 
 class QuotaInputSerializer(StrictSerializer):
@@ -428,6 +459,9 @@ class QuotaNodeCreateSerializer(StrictSerializer):
     organization = serializers.SlugField(max_length=64, required=False, allow_null=True,
                                          default=None, help_text="whose orders count against it")
     preempt_within_queue = serializers.BooleanField(required=False, default=False)
+    shape_nodes = serializers.IntegerField(
+        min_value=1, max_value=10_000, required=False, allow_null=True, default=None,
+        help_text="a guaranteed shape: this many whole nodes inside one leaf")
     quotas = QuotaInputSerializer(many=True, required=False, default=list, max_length=64)
 
 
@@ -458,7 +492,7 @@ class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             raise serializers.ValidationError({"pool": ["Name the pool: ?pool=NAME."]})
         pool = self._pool(name)
         try:
-            return Response(quotas.quota_view(pool))
+            return Response(quotas.quota_view(pool, organization_of(request)))
         except core.QuotaError as exc:  # rows changed outside the services (the admin)
             raise ApiError(f"the quota tree of pool {pool.name} is inconsistent: {exc}",
                            code="inconsistent_quotas", status_code=409) from None
@@ -484,7 +518,7 @@ class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             node = quotas.define_quota_node(
                 pool=pool, name=data["name"], parent=data["parent"], cohort=data["cohort"],
                 organization=organization, preempt_within_queue=data["preempt_within_queue"],
-                quotas=[quotas.QuotaSpec(**q) for q in data["quotas"]])
+                shape_nodes=data["shape_nodes"], quotas=[quotas.QuotaSpec(**q) for q in data["quotas"]])
         except quotas.QuotaInputError as exc:
             raise serializers.ValidationError({exc.field: [exc.message]}) from None
         view = next(v for v in quotas.quota_view(pool) if v["id"] == node.id)

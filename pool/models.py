@@ -204,7 +204,11 @@ class QuotaNode(models.Model):
     cohort = models.SlugField(max_length=100, blank=True)
     organization = models.ForeignKey(Organization, null=True, blank=True,
                                      on_delete=models.PROTECT, related_name="quota_nodes")
-    preempt_within_queue = models.BooleanField(default=False)
+    preempt_within_queue = models.BooleanField(
+        default=False, help_text="a higher-priority order may preempt this queue's own leases")
+    shape_nodes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="guaranteed shape: this many whole nodes inside one leaf, kept placeable")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -259,3 +263,58 @@ class Quota(models.Model):
 
     def __str__(self):
         return f"{self.node} {self.gpu_model_id}: {self.nominal}"
+
+
+class TidalStep(models.Model):
+    """One step of a pool's tidal schedule: at a daily time (UTC) or at one moment, the named
+    quota nodes get new nominal quotas (`{"node": {"GPU model": nominal}}`)."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="tidal_steps")
+    name = models.SlugField(max_length=100)
+    daily_at = models.TimeField(null=True, blank=True, help_text="every day at this UTC time")
+    at = models.DateTimeField(null=True, blank=True, help_text="once, at this moment")
+    nominals = models.JSONField(help_text='{"quota node": {"GPU model": nominal}}')
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pool", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "name"], name="tidal_step_name_unique"),
+            models.CheckConstraint(condition=Q(daily_at__isnull=True, at__isnull=False)
+                                   | Q(daily_at__isnull=False, at__isnull=True),
+                                   name="tidal_step_daily_or_once"),
+        ]
+
+    def __str__(self):
+        return f"{self.pool_id}/{self.name}"
+
+
+class TidalRun(models.Model):
+    """One application of a tidal step: when it started, how many leases had to give way,
+    and when the new split was in force (no queue above its new nominal, nothing that fits
+    within a nominal left waiting). Unique per (step, due time): two beats apply it once."""
+
+    step = models.ForeignKey(TidalStep, on_delete=models.CASCADE, related_name="runs")
+    due_at = models.DateTimeField()
+    started_at = models.DateTimeField()
+    in_force_at = models.DateTimeField(null=True, blank=True)
+    gpus_to_give_way = models.PositiveIntegerField(default=0)
+    leases_preempted = models.PositiveIntegerField(default=0)
+    lease_ids = models.JSONField(default=list, help_text="the market's ids of the leases "
+                                                         "given notice (text: no lease FK)")
+    notice_s = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-due_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["step", "due_at"], name="tidal_run_once_per_due_time"),
+        ]
+
+    def __str__(self):
+        return f"{self.step} @ {self.due_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def seconds_to_force(self) -> float | None:
+        if self.in_force_at is None:
+            return None
+        return (self.in_force_at - self.started_at).total_seconds()

@@ -337,6 +337,21 @@ def _queue_order(w: Workload):
     return (-w.priority, w.submitted_at, w.id)
 
 
+def queue_order(w: Workload):
+    """The order of a pool's waiting line: highest priority first, then oldest."""
+    return _queue_order(w)
+
+
+def used_by(usage: Usage, queue: str, model: str) -> int:
+    """GPUs of `model` a queue uses in `usage`."""
+    return _get(usage, queue, model)
+
+
+def with_usage(usage: Usage, queue: str, model: str, gpus: int) -> dict[str, dict[str, int]]:
+    """A copy of `usage` in which `queue` uses `gpus` more GPUs of `model`."""
+    return _add(usage, queue, model, gpus)
+
+
 def admit(tree: QuotaTree, usage: Usage, pending: Iterable[Workload]) -> Admission:
     """Admit what fits, all-or-nothing per workload.
 

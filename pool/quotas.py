@@ -122,7 +122,7 @@ def _check_tree(pool: Pool, replaced: core.QuotaNode) -> None:
 @transaction.atomic
 def define_quota_node(*, pool: Pool, name: str, parent: str | None = None, cohort: str = "",
                       organization: Organization | None = None,
-                      preempt_within_queue: bool = False,
+                      preempt_within_queue: bool = False, shape_nodes: int | None = None,
                       quotas: Iterable[QuotaSpec] = ()) -> QuotaNode:
     """Create or replace the quota node `name` of `pool` with exactly these quotas."""
     quotas = list(quotas)
@@ -151,7 +151,7 @@ def define_quota_node(*, pool: Pool, name: str, parent: str | None = None, cohor
     node, _ = QuotaNode.objects.update_or_create(
         pool=pool, name=name,
         defaults={"parent": parent_row, "cohort": cohort or "", "organization": organization,
-                  "preempt_within_queue": preempt_within_queue})
+                  "preempt_within_queue": preempt_within_queue, "shape_nodes": shape_nodes})
     node.quotas.all().delete()
     Quota.objects.bulk_create(
         Quota(node=node, gpu_model=models[q.gpu_model], nominal=q.nominal,
@@ -181,17 +181,56 @@ def set_quota(*, node: QuotaNode, gpu_model: str, nominal: int,
     return quota
 
 
-def quota_view(pool: Pool) -> list[dict]:
-    """Each quota node of a pool with its quotas and what each would get while all is idle."""
+def lent_by(tree: core.QuotaTree, usage, model: str) -> dict[str, int]:
+    """An attribution of what each queue lends now: the GPUs borrowed under each root are
+    charged to the idle, lendable nominal of the root's queues, in name order."""
+    out: dict[str, int] = {}
+    roots: dict[str, list[str]] = {}
+    for queue in tree.queues():
+        roots.setdefault(tree.root(queue), []).append(queue)
+    for queues in roots.values():
+        left = sum(core.borrowed(tree, q, model, usage) for q in queues)
+        for queue in sorted(queues):
+            q = tree.node(queue).quota(model)
+            if q is None:
+                continue
+            idle = max(0, q.nominal - int(usage.get(queue, {}).get(model, 0)))
+            if q.lending_limit is not None:
+                idle = min(idle, q.lending_limit)
+            out[queue] = min(idle, left)
+            left -= out[queue]
+    return out
+
+
+def quota_view(pool: Pool, viewer: Organization | None = None) -> list[dict]:
+    """Each quota node of a pool with its quotas, what each would get while all is idle, and
+    now: used, borrowed, lent and available; queues list their queued orders (position and
+    reason) to operators and to the organisation that owns the queue."""
+    from pool.usage_port import usage_and_waiting
+
     rows = list(quota_nodes_of(pool))
     tree = core.QuotaTree(_core_node(r, r.quotas.all()) for r in rows)
+    live = usage_and_waiting(pool)
+    usage = usage_of_pool(pool, live["usage"])
+    lent = {m: lent_by(tree, usage, m) for m in tree.models()}
+
+    def may_see(row) -> bool:
+        return viewer is None or viewer.is_operator or row.organization_id == viewer.pk
+
     return [{
         "id": r.id, "pool": pool.name, "name": r.name,
         "parent": r.parent.name if r.parent_id else None, "cohort": r.cohort,
         "organization": r.organization.slug if r.organization_id else None,
-        "preempt_within_queue": r.preempt_within_queue, "is_queue": tree.is_queue(r.name),
+        "preempt_within_queue": r.preempt_within_queue, "shape_nodes": r.shape_nodes,
+        "is_queue": tree.is_queue(r.name),
         "quotas": [{"gpu_model": q.gpu_model.name, "nominal": q.nominal,
                     "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit,
-                    "available_if_idle": available_if_idle(tree, r.name, q.gpu_model.name)}
+                    "available_if_idle": available_if_idle(tree, r.name, q.gpu_model.name),
+                    "used": tree.total_used(r.name, q.gpu_model.name, usage),
+                    "borrowed": (core.borrowed(tree, r.name, q.gpu_model.name, usage)
+                                 if tree.is_queue(r.name) else 0),
+                    "lent": lent.get(q.gpu_model.name, {}).get(r.name, 0),
+                    "available_now": core.available_to(tree, r.name, q.gpu_model.name, usage)}
                    for q in r.quotas.all()],
+        "waiting": live["waiting"].get(r.name, []) if may_see(r) else [],
     } for r in rows]

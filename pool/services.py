@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -267,8 +268,11 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
               {"at": now.isoformat(), "gpus": gpus, "ib_ports": ib_ports}, timeout=3600)
     has_bindings = getattr(node, "has_bindings", True)
     actions = _reconcile_bindings(node, set(serving), now) if has_bindings or serving else []
-    return HeartbeatAnswer(interval_s=node.heartbeat_interval_s, node_state=node.state,
-                           actions=actions)
+    interval = node.heartbeat_interval_s
+    if any(a["action"] == "start" for a in actions):
+        # come back soon to say it serves them: its acknowledgement activates the lease
+        interval = min(interval, settings.BINDING_ACK_INTERVAL_S)
+    return HeartbeatAnswer(interval_s=interval, node_state=node.state, actions=actions)
 
 
 @transaction.atomic
@@ -314,15 +318,28 @@ def _update_gpu_health(node: Node, reports: list[dict]) -> bool:
     return all_ok
 
 
+# Called with the lease refs a heartbeat has just acknowledged (after the acknowledgement is
+# written). The scheduler registers its activation here (scheduler/apps.py): the pool may not
+# import it.
+_acknowledgement_listeners: list[Callable[[list[str]], object]] = []
+
+
+def on_bindings_acknowledged(listener: Callable[[list[str]], object]) -> None:
+    if listener not in _acknowledgement_listeners:
+        _acknowledgement_listeners.append(listener)
+
+
 def _reconcile_bindings(node: Node, serving: set[str], now: datetime) -> list[dict]:
     actions = []
     wanted: set[str] = set()
+    acknowledged = []
     for binding in Binding.objects.filter(node=node, stopped_at__isnull=True):
         if binding.serve:
             wanted.add(binding.lease_ref)
             if binding.lease_ref in serving:
                 if binding.acknowledged_at is None:
                     Binding.objects.filter(pk=binding.pk).update(acknowledged_at=now)
+                    acknowledged.append(binding.lease_ref)
             else:
                 actions.append({"action": "start", "lease": binding.lease_ref,
                                 "gpus": binding.gpu_indexes})
@@ -332,6 +349,9 @@ def _reconcile_bindings(node: Node, serving: set[str], now: datetime) -> list[di
         gpus = Binding.objects.filter(node=node, lease_ref=lease_ref).values_list(
             "gpu_indexes", flat=True).first() or []
         actions.append({"action": "stop", "lease": lease_ref, "gpus": gpus})
+    if acknowledged:
+        for listener in _acknowledgement_listeners:
+            listener(acknowledged)
     return actions
 
 

@@ -10,3 +10,8 @@ class SchedulerConfig(AppConfig):
         from scheduler.market_clearing import IndexPlacer
 
         register_make_placer(IndexPlacer)
+        # The last heartbeat acknowledging a lease's binding activates it at once.
+        from pool.services import on_bindings_acknowledged
+        from scheduler.services import activate_on_acknowledgement
+
+        on_bindings_acknowledged(activate_on_acknowledgement)

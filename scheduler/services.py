@@ -1,12 +1,30 @@
-"""The scheduler's business actions: bind a won lease to its nodes, and activate it once every
-node's agent has acknowledged it through its heartbeat.
+"""The scheduler's business actions: place a won lease on its nodes, and activate it once
+every node's agent has acknowledged it through its heartbeat.
 
-(The next issue re-runs placement on the current snapshot, retries with backoff and enforces
-SLAs; until then the market's proposed placement is bound as it is.)
+Placement (`place_lease`) runs in one transaction under the lease's row lock, so a worker
+killed anywhere in it leaves nothing half-done and the next delivery starts afresh:
+
+1. a lease no longer pending was placed already (or ended): nothing to do, so a task
+   delivered twice places once;
+2. the allocation the market chose is checked against the pool as it is now (every GPU still
+   offered: healthy, on an active reachable node of a verified provider); if capacity changed
+   since the clearing, the placement engine runs again on the current free GPUs, honouring the
+   order's models, topology constraint and price limit, and the allocations are rewritten (the
+   exclusion constraint decides a race with another lease: look again, a few times);
+3. each node gets its binding and the lease becomes `placing`; the nodes' heartbeats
+   acknowledge the bindings, and the last acknowledgement activates the lease
+   (`activate_if_acknowledged`, called by the pool; the beat `activate_acknowledged_leases`
+   is the safety net).
+
+When no placement exists, `NoPlacement` rolls everything back; the task retries with backoff
+and, at its last attempt, fails the lease with the reason (its hold is released: a lease that
+never became active costs nothing).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections import defaultdict
 from datetime import datetime, timedelta
 
@@ -15,45 +33,146 @@ from django.db import transaction
 from django.utils import timezone
 
 from market import leasing
-from market.models import Allocation, Lease
+from market.models import Allocation, Lease, Order
+from market.orders import find_gpus
 from pool import services as pool
 from pool.models import Binding, Node
+
+REPLACEMENT_RACES = 3
+# Test-only: seconds to sleep inside the placement transaction, after every write and before
+# the commit, so that a test can kill the worker there (tests/scheduler/test_place_lease_crash).
+PAUSE_ENV = "IBEX_TEST_PAUSE_IN_PLACEMENT_S"
+
+
+class NoPlacement(Exception):
+    """The lease cannot be placed on the pool as it is now; the message says why."""
 
 
 def lease_ref(lease: Lease) -> str:
     return f"L-{lease.pk}"
 
 
-@transaction.atomic
-def place_lease(*, lease_id: int) -> Lease:
-    """Bind a pending lease's GPUs on their nodes; delivered twice, it binds once."""
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
-    if lease.state != Lease.State.PENDING:
+def lease_id_of(ref: str) -> int | None:
+    prefix, _, number = ref.partition("-")
+    return int(number) if prefix == "L" and number.isdigit() else None
+
+
+def lease_exists(*, lease_id: int) -> bool:
+    return Lease.objects.filter(pk=lease_id).exists()
+
+
+def place_lease(*, lease_id: int, final: bool = True) -> Lease:
+    """Place a pending lease on its nodes; delivered twice, it places once.
+
+    Raises NoPlacement (having changed nothing) when the lease fits nowhere and this is not
+    the `final` attempt; at the final attempt the lease fails instead, its hold released.
+    """
+    with transaction.atomic():
+        lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
+        if lease is None:
+            raise NoPlacement(f"there is no lease {lease_id}")
+        if lease.state != Lease.State.PENDING:
+            return lease
+        try:
+            with transaction.atomic():
+                lease, moved = _valid_allocation(lease)
+        except NoPlacement as exc:
+            if not final:
+                raise
+            return leasing.change_lease_state(
+                lease=lease, to_state=Lease.State.FAILED, actor="scheduler",
+                reason=f"could not be placed: {exc}"[:500])
+        lease = leasing.change_lease_state(
+            lease=lease, to_state=Lease.State.PLACING, actor="scheduler",
+            reason="re-placed and bound to its nodes" if moved else "bound to its nodes")
+        indexes: dict[int, list[int]] = defaultdict(list)
+        for node_id, index in Allocation.objects.filter(lease=lease).values_list(
+                "gpu__node_id", "gpu__index"):
+            indexes[node_id].append(index)
+        for node in Node.objects.filter(pk__in=list(indexes)).order_by("pk"):
+            pool.bind_lease(node=node, lease_ref=lease_ref(lease), gpu_indexes=indexes[node.pk])
+        pause = float(os.environ.get(PAUSE_ENV) or 0)
+        if pause:
+            time.sleep(pause)
         return lease
-    lease = leasing.change_lease_state(lease=lease, to_state=Lease.State.PLACING,
-                                       actor="scheduler", reason="binding to its nodes")
-    indexes: dict[int, list[int]] = defaultdict(list)
-    for node_id, index in Allocation.objects.filter(lease=lease).values_list("gpu__node_id",
-                                                                             "gpu__index"):
-        indexes[node_id].append(index)
-    for node in Node.objects.filter(pk__in=list(indexes)).order_by("pk"):
-        pool.bind_lease(node=node, lease_ref=lease_ref(lease), gpu_indexes=indexes[node.pk])
-    return lease
+
+
+def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
+    """The lease with allocations that are valid now, and whether they had to move."""
+    held = list(Allocation.objects.filter(lease=lease).values_list("gpu_id", flat=True))
+    offered = set(pool.offered_gpus().filter(pk__in=held).values_list("pk", flat=True))
+    if len(held) == lease.gpu_count and offered == set(held):
+        return lease, False
+    order = Order.objects.filter(lease=lease).first()
+    if order is None:
+        raise NoPlacement("its GPUs are no longer offered and it has no order to re-place")
+    lost = len(set(held) - offered) + max(lease.gpu_count - len(held), 0)
+    reason = ""
+    for _race in range(REPLACEMENT_RACES):
+        # Its own GPUs count as free again: the engine may keep the ones still offered.
+        Allocation.objects.filter(lease=lease).delete()
+        # from now on: a GPU another lease held until a moment ago is free for it
+        start = max(lease.starts_at, timezone.now())
+        found = find_gpus(order, start, lease.ends_at)
+        if isinstance(found, str):
+            raise NoPlacement(f"{lost} of its GPUs are no longer offered and {found}")
+        try:
+            with transaction.atomic():
+                lease = leasing.replace_allocations(
+                    lease=lease, gpus=found.choices(), gpu_model=found.gpu_model,
+                    locality=found.locality(),
+                    price_micros=found.price_micros(order.max_price_micros), starts_at=start,
+                    reason=f"{lost} of GPUs {sorted(held)} no longer offered")
+            return lease, True
+        except leasing.GpusUnavailable as exc:
+            reason = str(exc)  # another lease won one of them: look again
+    raise NoPlacement(f"{lost} of its GPUs are no longer offered and {reason}")
+
+
+def _activate(lease_id: int) -> bool:
+    """Activate one placing lease when every node serving it has acknowledged it."""
+    with transaction.atomic():
+        lease = Lease.objects.select_for_update().filter(
+            pk=lease_id, state=Lease.State.PLACING).first()
+        if lease is None:
+            return False  # not placed yet, or activated / ended meanwhile
+        bindings = Binding.objects.filter(lease_ref=lease_ref(lease), serve=True)
+        if not bindings.exists() or bindings.filter(acknowledged_at__isnull=True).exists():
+            return False
+        leasing.change_lease_state(lease=lease, to_state=Lease.State.ACTIVE,
+                                   actor="scheduler", reason="every node serves it")
+        return True
+
+
+def activate_if_acknowledged(*, lease_refs: list[str]) -> list[int]:
+    """Called by the pool when a heartbeat acknowledges bindings: the last acknowledgement of a
+    lease activates it at once (each check follows the acknowledgement's commit, so of two
+    nodes acknowledging together the later one sees both)."""
+    ids = [i for i in map(lease_id_of, lease_refs) if i is not None]
+    return [i for i in ids if _activate(i)]
+
+
+def activate_on_acknowledgement(lease_refs: list[str]) -> list[int]:
+    """The pool's acknowledgement listener (registered in scheduler/apps.py)."""
+    return activate_if_acknowledged(lease_refs=lease_refs)
 
 
 def activate_acknowledged_leases() -> list[int]:
-    """Leases whose every node has acknowledged its binding become active."""
-    activated = []
-    for lease in Lease.objects.filter(state=Lease.State.PLACING):
-        bindings = Binding.objects.filter(lease_ref=lease_ref(lease), serve=True)
-        if bindings.exists() and not bindings.filter(acknowledged_at__isnull=True).exists():
-            try:
-                leasing.change_lease_state(lease=lease, to_state=Lease.State.ACTIVE,
-                                           actor="scheduler", reason="every node serves it")
-            except leasing.LeaseTransitionError:
-                continue  # changed meanwhile (terminated, or activated by an overlapping beat)
-            activated.append(lease.pk)
-    return activated
+    """Leases whose every node has acknowledged its binding become active (the beat's safety
+    net for `activate_if_acknowledged`)."""
+    placing = Lease.objects.filter(state=Lease.State.PLACING).values_list("pk", flat=True)
+    return [lease_id for lease_id in list(placing) if _activate(lease_id)]
+
+
+def requeue_unplaced_leases(*, now: datetime | None = None) -> list[int]:
+    """Pending leases older than PLACEMENT_REQUEUE_S: their placement message was lost (a
+    worker killed before it acknowledged, with the broker's redelivery still far off);
+    returns their ids for the caller to queue again (placement is idempotent)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.PLACEMENT_REQUEUE_S)
+    return list(Lease.objects.filter(state=Lease.State.PENDING, state_changed_at__lt=cutoff,
+                                     starts_at__lte=now)
+                .order_by("pk").values_list("pk", flat=True)[:1000])
 
 
 def fail_stuck_leases(*, now: datetime | None = None) -> list[int]:

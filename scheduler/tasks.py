@@ -1,21 +1,43 @@
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 from scheduler import services
 
 
-@shared_task(name="scheduler.place_lease", acks_late=True, reject_on_worker_lost=True,
+@shared_task(name="scheduler.place_lease", bind=True, acks_late=True, reject_on_worker_lost=True,
              autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60,
              max_retries=8)
-def place_lease(lease_id: int) -> str:
-    # Idempotent (a lease placed twice is bound once) and acknowledged late: a worker killed
-    # mid-task leaves the message to the next worker, which finishes the job.
-    return services.place_lease(lease_id=lease_id).state
+def place_lease(self, lease_id: int) -> str:
+    # Idempotent (a lease placed twice is placed once), one transaction, acknowledged late: a
+    # worker killed mid-task leaves nothing half-done and the message to the next worker.
+    # Routed to its fabric's partition queue (scheduler/routing.py).
+    attempt = self.request.retries + 1
+    if not services.lease_exists(lease_id=lease_id):
+        return "no such lease"
+    try:
+        lease = services.place_lease(lease_id=lease_id,
+                                     final=attempt >= settings.PLACEMENT_ATTEMPTS)
+    except services.NoPlacement as exc:
+        countdown = min(settings.PLACEMENT_BACKOFF_BASE_S * 2 ** (attempt - 1),
+                        settings.PLACEMENT_BACKOFF_CAP_S)
+        raise self.retry(countdown=countdown, max_retries=settings.PLACEMENT_ATTEMPTS,
+                         exc=exc) from None
+    return lease.state
 
 
 @shared_task(name="scheduler.activate_acknowledged_leases")
 def activate_acknowledged_leases() -> list[int]:
     return services.activate_acknowledged_leases()
+
+
+@shared_task(name="scheduler.requeue_unplaced_leases")
+def requeue_unplaced_leases() -> list[int]:
+    """Queue placement again for leases whose message was lost (beat: every 30 s)."""
+    lease_ids = services.requeue_unplaced_leases()
+    for lease_id in lease_ids:
+        place_lease.delay(lease_id)
+    return lease_ids
 
 
 @shared_task(name="scheduler.fail_stuck_leases")
@@ -71,3 +93,30 @@ def remediate_leases() -> dict:
     from scheduler import remediation
 
     return {str(k): v for k, v in remediation.remediate_leases().items()}
+
+
+# --- private pools: admission and tidal schedules ---------------------------------------------
+
+
+@shared_task(name="scheduler.admit_pool", acks_late=True)
+def admit_pool(pool_id: int) -> list[int]:
+    """One admission pass over a private pool (queued when an order arrives)."""
+    from scheduler import quota_admission
+
+    return quota_admission.admit_pool(pool_id=pool_id).admitted
+
+
+@shared_task(name="scheduler.admit_pools")
+def admit_pools() -> dict[str, int]:
+    """Every private pool's admission pass (beat: every 10 s)."""
+    from scheduler import quota_admission
+
+    return quota_admission.admit_all_pools()
+
+
+@shared_task(name="scheduler.apply_tidal_steps")
+def apply_tidal_steps() -> list[int]:
+    """Apply the tidal schedule steps that are due (beat: every 30 s)."""
+    from scheduler import tidal
+
+    return [run.pk for run in tidal.apply_due_steps()]

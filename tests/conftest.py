@@ -17,6 +17,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from ibex.celery import app as celery_app
+from scheduler.routing import worker_queues
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 WORKER_START_TIMEOUT_S = 60
@@ -52,7 +53,8 @@ def child_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def celery_worker_process(django_db_setup, django_db_blocker):
-    """A real `celery worker` process on a queue of its own, against the test database."""
+    """A real `celery worker` process on a queue of its own (and that queue's placement
+    partitions), against the test database."""
     queue = f"test-{uuid.uuid4().hex[:8]}"
     with django_db_blocker.unblock():
         env = child_env(CELERY_QUEUE=queue)
@@ -60,7 +62,8 @@ def celery_worker_process(django_db_setup, django_db_blocker):
     celery_app.conf.task_default_queue = queue
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "ibex", "worker", "--pool", "solo",
-         "--queues", queue, "--hostname", f"{queue}@%h", "--loglevel", "warning",
+         "--queues", ",".join(worker_queues(queue)), "--hostname", f"{queue}@%h",
+         "--loglevel", "warning",
          "--without-mingle", "--without-gossip"],
         cwd=BASE_DIR, env=env,
     )

@@ -48,3 +48,28 @@ def price_line(samples: list[tuple[datetime, int]], *, width: int = 1100, height
                 (coords[-1][0], f"{samples[-1][0]:%b %d %H:%M}")]
     return LineChart(width, height, " ".join(f"{a},{b}" for a, b in coords), dots, ticks,
                      x_labels)
+
+
+def percent_line(samples: list[tuple[datetime, float]], *, width: int = 1100, height: int = 240,
+                 pad: int = 44, label: str = "") -> LineChart | None:
+    """(time, percent 0–100) samples, oldest first → a line on a fixed 0–100 % axis."""
+    if len(samples) < 2:
+        return None
+    times = [t.timestamp() for t, _ in samples]
+    t0, t1 = times[0], times[-1]
+
+    def x(t):
+        return pad + 30 + (width - 2 * pad - 30) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.5)
+
+    def y(v):
+        return 12 + (height - pad - 12) * (100 - v) / 100
+
+    coords = [(round(x(t), 1), round(y(v), 1)) for t, v in zip(times, (v for _, v in samples),
+                                                                strict=True)]
+    dots = [(cx, cy, f"{stamp:%Y-%m-%d %H:%M} — {v:.1f} %{label}")
+            for (cx, cy), (stamp, v) in zip(coords, samples, strict=True)]
+    ticks = [(round(y(v), 1), f"{v} %") for v in (0, 25, 50, 75, 100)]
+    middle = len(samples) // 2
+    x_labels = [(coords[i][0], f"{samples[i][0]:%b %d %H:%M}") for i in (0, middle, -1)]
+    return LineChart(width, height, " ".join(f"{a},{b}" for a, b in coords), dots, ticks,
+                     x_labels)

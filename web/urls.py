@@ -6,8 +6,10 @@ from web import (
     views_billing,
     views_lease,
     views_market,
+    views_ops,
     views_provider,
     views_tenant,
+    views_webhooks,
 )
 from web.login import LoginView
 
@@ -32,6 +34,16 @@ urlpatterns = [
     path("app/account/invoices/<str:month>/", views_billing.invoice, name="invoice"),
     path("app/keys/", views_tenant.api_keys, name="api-keys"),
     path("app/keys/<int:key_id>/revoke/", views_tenant.revoke_key, name="revoke-key"),
+    path("app/webhooks/", views_webhooks.webhooks_page, name="webhooks"),
+    path("app/webhooks/<int:endpoint_id>/toggle/", views_webhooks.toggle_endpoint,
+         name="webhook-toggle"),
+    path("app/webhooks/<int:endpoint_id>/delete/", views_webhooks.delete_endpoint,
+         name="webhook-delete"),
+    path("app/webhooks/deliveries/<int:delivery_id>/redeliver/", views_webhooks.redeliver,
+         name="webhook-redeliver"),
     path("provider/", views_provider.fleet, name="provider"),
     path("provider/prices/", views_provider.set_price, name="set-price"),
+    path("provider/earnings/", views_provider.earnings, name="earnings"),
+    path("ops/", views_ops.dashboard, name="ops"),
+    path("ops/health/", views_ops.health, name="ops-health"),
 ]

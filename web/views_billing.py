@@ -1,13 +1,20 @@
 """The tenant's money: balances, the ledger, monthly invoices and card top-ups.
 
 A top-up's PaymentIntent is made by a Celery task after the request commits, so the page polls
-its status every second until the client secret is there. Stripe.js is not loaded (no CDN):
-the page says the payment is ready to confirm and shows the PaymentIntent id."""
+its status every second until the client secret is there (at most `POLL_TRIES` times).
+
+Then, where Stripe.js is configured (settings.STRIPE_JS_URL: js.stripe.com with real keys, the
+fake Stripe's in tests), the page mounts Stripe's card element (web/top_up_card.js) and
+confirms the PaymentIntent in the browser; Stripe's webhook credits the balance and the page
+polls until it has. Without Stripe.js (offline) nothing is loaded from outside: the page shows
+the PaymentIntent to confirm elsewhere."""
 
 import uuid
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
@@ -21,6 +28,7 @@ from web.orgs import tenant_required
 
 ENTRIES = 25
 TOP_UPS = 5
+POLL_TRIES = 30  # a second apart: then the page stops asking and says so
 
 
 class TopUpForm(forms.Form):
@@ -29,9 +37,18 @@ class TopUpForm(forms.Form):
     idempotency_key = forms.CharField(widget=forms.HiddenInput, required=False, max_length=100)
 
 
-def _account_context(org) -> dict:
-    entries = (Entry.objects.filter(account__organization=org)
-               .select_related("transaction", "account").order_by("-id")[:ENTRIES])
+def _stripe_js() -> dict:
+    """Where the card element comes from; empty where Stripe.js is not configured."""
+    if settings.STRIPE_JS_URL and settings.STRIPE_PUBLISHABLE_KEY:
+        return {"stripe_js_url": settings.STRIPE_JS_URL,
+                "publishable_key": settings.STRIPE_PUBLISHABLE_KEY}
+    return {"stripe_js_url": "", "publishable_key": ""}
+
+
+def _account_context(org, query=None) -> dict:
+    entries = Paginator(Entry.objects.filter(account__organization=org)
+                        .select_related("transaction", "account").order_by("-id"),
+                        ENTRIES).get_page((query or {}).get("entries"))
     return {"org": org, "balances": balances_of(org), "entries": entries,
             "months": invoices.months_with_activity(organization=org),
             "top_ups": TopUp.objects.filter(tenant=org).order_by("-created_at")[:TOP_UPS]}
@@ -61,8 +78,8 @@ def account(request):
             request.session.pop("top_up", None)
     if form.is_bound and not form.errors:
         form = TopUpForm(initial={"idempotency_key": uuid.uuid4().hex})
-    return render(request, "web/account.html", {**_account_context(org), "form": form,
-                                                 "top_up": current},
+    return render(request, "web/account.html", {**_account_context(org, request.GET), "form": form,
+                                                 "top_up": current, **_stripe_js()},
                   status=400 if form.errors else 200)
 
 
@@ -70,7 +87,14 @@ def account(request):
 @tenant_required
 def top_up_status(request, top_up_id: int):
     top_up = get_object_or_404(TopUp, pk=top_up_id, tenant=request.organization)
-    return render(request, "web/partials/top_up.html", {"top_up": top_up})
+    try:
+        tries = max(0, int(request.GET.get("try", "0")))
+    except ValueError:
+        tries = 0
+    return render(request, "web/partials/top_up.html", {
+        "top_up": top_up, "next_try": tries + 1, "gave_up": tries >= POLL_TRIES,
+        "confirmed": request.GET.get("confirmed") == "1",
+        "balances": balances_of(request.organization), **_stripe_js()})
 
 
 @require_GET

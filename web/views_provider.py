@@ -1,19 +1,23 @@
 """The provider's pages: onboarding, fleet, a picture of each fabric with what is leased now,
-and bulk pricing."""
+bulk pricing, and earnings and payouts."""
 
 from collections import Counter, defaultdict
+from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
-from django.db.models import Count, Max, Min, Q
+from django.core.paginator import Paginator
+from django.db.models import Count, Max, Min, Q, Sum
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from fabric.models import Fabric
 from fabric.selectors import node_domains
 from ibex.accounts.models import ProviderProfile
-from market import prices
-from market.models import Allocation
+from market import invoices, prices
+from market.models import Allocation, ConnectAccount, Payout, UsageRecord
+from market.services import balances_of
 from pool.models import Gpu, Node
 from web.fabric_picture import NodeState, layout
 from web.forms import PriceForm
@@ -117,3 +121,28 @@ def set_price(request):
                                       f"{dollars(change.price_micros)} per GPU-hour.")
             return redirect("web:provider")
     return _page(request, form, status=400)
+
+
+PAYOUTS_PER_PAGE = 20
+MONTHS_SHOWN = 12
+
+
+@require_GET
+@provider_required
+def earnings(request):
+    """Earnings by month (from the usage billed to tenants), fees and hold-back, the payable
+    balance, payouts with their state, and a statement to download per month."""
+    provider = request.organization
+    since = timezone.now() - timedelta(days=7)
+    week = UsageRecord.objects.filter(payee=provider, minute__gte=since).aggregate(
+        earned=Sum("charge_micros"), fees=Sum("fee_micros"), held_back=Sum("held_back_micros"))
+    statements = [invoices.statement_for(provider=provider, month=invoices.parse_month(month))
+                  for month in invoices.months_with_activity(organization=provider)[:MONTHS_SHOWN]]
+    payouts = Paginator(Payout.objects.filter(provider=provider).order_by("-created_at", "-id"),
+                        PAYOUTS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "web/earnings.html", {
+        "org": provider, "balances": balances_of(provider),
+        "week_net": (week["earned"] or 0) - (week["fees"] or 0) - (week["held_back"] or 0),
+        "week": week, "statements": statements, "payouts": payouts,
+        "connect": ConnectAccount.objects.filter(organization=provider).first(),
+        "minimum": settings.PAYOUT_MINIMUM_MICROS})

@@ -3,6 +3,7 @@
 import uuid
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -21,13 +22,19 @@ from web.orgs import member_required, tenant_required
 ROWS = 25
 
 
-def _activity(org) -> dict:
-    leases = (Lease.objects.filter(tenant=org).order_by("-created_at")
-              .prefetch_related(Prefetch("allocations", queryset=Allocation.objects
-                                         .select_related("gpu__node")
-                                         .order_by("gpu__node__hostname", "gpu__index")))[:ROWS])
+def _activity(org, query=None) -> dict:
+    """Leases and orders, newest first, `ROWS` a page (`?leases=N`, `?orders=N`)."""
+    query = query or {}
+    leases = Paginator(
+        Lease.objects.filter(tenant=org).order_by("-created_at", "-id")
+        .prefetch_related(Prefetch("allocations", queryset=Allocation.objects
+                                   .select_related("gpu__node")
+                                   .order_by("gpu__node__hostname", "gpu__index"))),
+        ROWS).get_page(query.get("leases"))
     return {
-        "orders": Order.objects.filter(tenant=org).order_by("-created_at")[:ROWS],
+        "orders": Paginator(Order.objects.filter(tenant=org).order_by("-created_at", "-id"),
+                            ROWS).get_page(query.get("orders")),
+        "lease_page": leases,
         "leases": [{"lease": lease, "ended": lease.state in ENDED,
                     "gpus": gpu_list(lease.allocations.all())} for lease in leases],
         "balances": balances_of(org),
@@ -92,13 +99,14 @@ def dashboard(request):
     if request.method == "GET" and (last_id := request.session.pop("last_order", None)):
         last = Order.objects.filter(tenant=org, pk=last_id).select_related("lease").first()
     return render(request, "web/dashboard.html", {
-        "org": org, "form": form, "last_order": last, **_activity(org)},
+        "org": org, "form": form, "last_order": last, **_activity(org, request.GET)},
         status=400 if form.errors else 200)
 
 
 def _activity_response(request):
     return render(request, "web/partials/activity.html",
-                  {"org": request.organization, **_activity(request.organization)})
+                  {"org": request.organization,
+                   **_activity(request.organization, request.GET)})
 
 
 @require_GET

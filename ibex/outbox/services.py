@@ -32,11 +32,17 @@ def enqueue(task: str, *args) -> OutboxMessage:
     return message
 
 
+_pinger: dict[str, redis.Redis] = {}
+
+
 def broker_answers() -> bool:
-    """A quick ping first: a publish to a dead broker retries its connection for seconds."""
+    """A quick ping first: a publish to a dead broker retries its connection for seconds.
+    (One client per process: its pooled connection is reused from one message to the next.)"""
+    url = settings.CELERY_BROKER_URL
+    if url not in _pinger:
+        _pinger[url] = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
     try:
-        return bool(redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=0.5,
-                                         socket_connect_timeout=0.5).ping())
+        return bool(_pinger[url].ping())
     except (redis.RedisError, OSError):
         return False
 

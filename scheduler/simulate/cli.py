@@ -6,6 +6,9 @@
     python -m scheduler.simulate convert --trace philly.csv --out jobs.csv
     python -m scheduler.simulate make-cluster --nodes 256 --gpus 8 --gpu-model V100-32GB \
         --out cluster.csv
+    python -m scheduler.simulate ... --mode replay --quotas QUOTAS.csv [--no-borrowing]
+    python -m scheduler.simulate make-quotas --workload J.csv --gpus 2048 \
+        --gpu-model V100-32GB --out QUOTAS.csv   (see scheduler/simulate/quotas.py)
 
 Bad input ends with exit status 2 and one line on stderr naming the file and line.
 """
@@ -54,6 +57,19 @@ def simulate_parser() -> Parser:
     parser.add_argument("--plot")
     parser.add_argument("--backfill-depth", type=int, default=DEFAULT_BACKFILL_DEPTH)
     parser.add_argument("--locality", choices=LOCALITY_RULES, default="pod")
+    parser.add_argument("--quotas", help="tenant,gpu_model,nominal,borrowing_limit,"
+                                         "lending_limit,priority: replay under quotas")
+    parser.add_argument("--no-borrowing", action="store_true",
+                        help="with --quotas: every tenant is held to its nominal")
+    return parser
+
+
+def make_quotas_parser() -> Parser:
+    parser = Parser(prog="python -m scheduler.simulate make-quotas")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--gpus", type=int, required=True)
+    parser.add_argument("--gpu-model", default="V100-32GB")
+    parser.add_argument("--out", required=True)
     return parser
 
 
@@ -82,6 +98,8 @@ def main(argv: Sequence[str]) -> int:
             return run_convert(convert_parser().parse_args(argv[1:]))
         if argv and argv[0] == "make-cluster":
             return run_make_cluster(make_cluster_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "make-quotas":
+            return run_make_quotas(make_quotas_parser().parse_args(argv[1:]))
         return run_simulation(simulate_parser().parse_args(argv))
     except (InputError, UsageError) as error:
         print(error, file=sys.stderr)
@@ -101,6 +119,17 @@ def run_make_cluster(args: argparse.Namespace) -> int:
                        args.cpu_milli, args.memory_mib)
     write_cluster(args.out, nodes)
     print(f"{len(nodes)} nodes, {args.nodes * args.gpus} GPUs written to {args.out}")
+    return 0
+
+
+def run_make_quotas(args: argparse.Namespace) -> int:
+    from scheduler.simulate.quotas import make_quotas, write_quotas
+
+    if args.gpus < 1:
+        raise UsageError("make-quotas: --gpus must be at least 1")
+    quotas = make_quotas(load_workload(args.workload), args.gpus, args.gpu_model)
+    write_quotas(args.out, quotas)
+    print(f"{len(quotas)} tenants, {args.gpus} GPUs of nominal quota written to {args.out}")
     return 0
 
 
@@ -143,7 +172,24 @@ def run_simulation(args: argparse.Namespace) -> int:
                          "jobs": len(jobs)},
         },
     }
-    if args.mode == "replay":
+    if args.no_borrowing and not args.quotas:
+        raise UsageError("--no-borrowing needs --quotas")
+    if args.quotas and args.mode != "replay":
+        raise UsageError("--quotas needs --mode replay")
+    if args.quotas and args.plot:
+        raise UsageError("--plot is not drawn for a replay under --quotas")
+    if args.quotas:
+        from scheduler.simulate.quotas import QuotaReplay, load_quotas
+
+        rows = load_quotas(args.quotas)
+        result["inputs"]["quotas"] = {"path": args.quotas, "sha256": sha256_of(args.quotas),
+                                      "tenants": len({q.tenant for q in rows})}
+        result.update(QuotaReplay(cluster, jobs, policy, rows, args.quotas,
+                                  borrowing=not args.no_borrowing,
+                                  locality=args.locality).run().results())
+        summary = (f"under quotas ({'with' if not args.no_borrowing else 'no'} borrowing), "
+                   f"mean wait {result['wait_s']['mean']:.0f} s")
+    elif args.mode == "replay":
         result["backfill_depth"] = args.backfill_depth
         replay = Replay(cluster, jobs, policy, backfill_depth=args.backfill_depth,
                         locality=args.locality).run()

@@ -4,6 +4,11 @@
 Driven by the real `stripe` library pointed at it (settings.STRIPE_API_BASE). Tests move
 objects along (`succeed_payment`, `fail_payout`, ...), which returns the event Stripe would
 send, and `signed_delivery` signs it with Stripe's webhook signature scheme.
+
+For the browser it also serves a minimal Stripe.js at `/v3/` (`Stripe(pk).elements()
+.create('card')` and `confirmCardPayment(client_secret, ...)`), which confirms a PaymentIntent
+with the publishable key as Stripe.js does; once `deliver_webhooks_to` names IBEX's webhook URL,
+the fake then sends the signed `payment_intent.succeeded` (or `payment_failed`) there itself.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ import re
 import secrets
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl
 
 RECORDED = Path(__file__).parent / "recorded"
 API_KEY_PATTERN = re.compile(r"^Bearer sk_test_\w+$")
+PUBLISHABLE_KEY_PATTERN = re.compile(r"^Bearer pk_test_\w+$")
+CONFIRM_PATH = re.compile(r"/v1/payment_intents/(pi_\w+)/confirm")
+STRIPE_JS = Path(__file__).parent / "stripe_v3.js"
+DECLINED_CARD = "4000000000000002"
 
 
 def recorded(name: str) -> dict:
@@ -57,7 +67,13 @@ class FakeStripe:
 
     def __init__(self):
         self.lock = threading.Lock()
+        self.webhook_url: str | None = None
+        self.webhook_secret: str | None = None
         self.reset()
+
+    def deliver_webhooks_to(self, url: str | None, secret: str | None) -> None:
+        """Send the events a card confirmation causes to this URL, signed, as Stripe does."""
+        self.webhook_url, self.webhook_secret = url, secret
 
     def reset(self):
         self.objects: dict[str, dict] = {}
@@ -138,6 +154,9 @@ class FakeStripe:
             self.requests.append({"method": method, "path": path, "params": params,
                                   "idempotency_key": headers.get("idempotency-key"),
                                   "stripe_account": headers.get("stripe-account")})
+            confirm = CONFIRM_PATH.fullmatch(path) if method == "POST" else None
+            if confirm and PUBLISHABLE_KEY_PATTERN.match(headers.get("authorization", "")):
+                return self._confirm_payment_intent(confirm.group(1), params)
             if not API_KEY_PATTERN.match(headers.get("authorization", "")):
                 return _error(401, "invalid_request_error", "Invalid API Key provided.")
             for position, (prefix, status, body) in enumerate(self.failures):
@@ -217,6 +236,44 @@ class FakeStripe:
             intent["status"] = "processing"
         self.objects[intent_id] = intent
         return 200, self._public(intent)
+
+    def _confirm_payment_intent(self, intent_id: str, params: dict) -> tuple[int, dict]:
+        """What Stripe.js's confirmCardPayment asks (publishable key + client secret): the
+        test card 4000 0000 0000 0002 is declined, any other number pays."""
+        intent = self.objects.get(intent_id)
+        if intent is None or params.get("client_secret") != intent["client_secret"]:
+            return _error(400, "invalid_request_error",
+                          "The client_secret provided does not match this PaymentIntent.",
+                          param="client_secret")
+        number = re.sub(r"\D", "", ((params.get("payment_method") or {}).get("card") or {})
+                        .get("number", ""))
+        if len(number) < 12:
+            return _error(400, "card_error", "Your card number is incomplete.",
+                          code="incomplete_number")
+        if number == DECLINED_CARD:
+            event = self.fail_payment(intent_id)
+            self._send_later(event)
+            error = recorded("error_card_declined")
+            error["error"]["payment_intent"] = self._public(intent)
+            return 402, error
+        event = self.succeed_payment(intent_id)
+        self._send_later(event)
+        return 200, self._public(intent)
+
+    def _send_later(self, event: dict) -> None:
+        """Stripe sends the webhook on its own, after answering the browser."""
+        if not self.webhook_url:
+            return
+        payload, signature = signed_delivery(event, self.webhook_secret or "")
+        request = urllib.request.Request(self.webhook_url, data=payload, method="POST", headers={
+            "Content-Type": "application/json", "Stripe-Signature": signature})
+
+        def send():
+            time.sleep(0.2)
+            with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - local
+                answer.read()
+
+        threading.Thread(target=send, daemon=True).start()
 
     def _create_refund(self, params, account):
         intent = self.objects.get(params.get("payment_intent", ""))
@@ -323,7 +380,29 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _cors(self):
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.send_header("Access-Control-Allow-Headers", "Authorization, Content-Type")
+        self.send_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+
+    def end_headers(self):
+        self._cors()  # the browser calls the fake from the app's origin, as it calls Stripe
+        super().end_headers()
+
+    def do_OPTIONS(self):
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_GET(self):
+        if self.path.split("?")[0] in ("/v3", "/v3/"):
+            script = STRIPE_JS.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/javascript")
+            self.send_header("Content-Length", str(len(script)))
+            self.end_headers()
+            self.wfile.write(script)
+            return
         self._answer("GET")
 
     def do_POST(self):

@@ -17,8 +17,18 @@ def test_seed_demo_builds_two_priced_providers_three_funded_tenants_and_logins(d
     call_command("seed_demo", verbosity=0)
     call_command("seed_demo", verbosity=0)  # a second run reuses everything
 
-    assert Node.objects.count() == 80
+    assert Node.objects.count() == 112  # 80 on the market, 32 in the university's pool
     assert GpuPrice.objects.filter(superseded_at__isnull=True).count() == 640
+    from pool import quotas
+    from pool.models import Pool, TidalStep
+
+    university = Pool.objects.get(name="state-university")
+    tree = quotas.quota_tree(university)
+    assert university.nodes.count() == 32
+    assert sorted(tree.queues()) == ["biology", "cs-inference", "cs-training", "physics-astro",
+                                     "physics-hep"]
+    assert tree.capacity("university", "H100-80GB") == 256
+    assert TidalStep.objects.filter(pool=university).count() == 2
     from ibex.accounts.models import Organization
 
     tenant = Organization.objects.get(slug="acme-ai")

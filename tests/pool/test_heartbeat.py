@@ -102,11 +102,12 @@ def test_the_answer_asks_the_node_to_start_a_bound_lease_until_it_serves_it(regi
     node = Node.objects.get(pk=node_id)
     services.bind_lease(node=node, lease_ref="L-7", gpu_indexes=[1, 0])
 
-    first = heartbeat(node_id, token).json()["actions"]
-    second = heartbeat(node_id, token, serving=["L-7"]).json()["actions"]
+    first = heartbeat(node_id, token).json()
+    second = heartbeat(node_id, token, serving=["L-7"]).json()
 
-    assert first == [{"action": "start", "lease": "L-7", "gpus": [0, 1]}]
-    assert second == []
+    assert first["actions"] == [{"action": "start", "lease": "L-7", "gpus": [0, 1]}]
+    assert first["interval_s"] == 1  # come back soon to acknowledge it
+    assert second["actions"] == [] and second["interval_s"] == 15
     assert Binding.objects.get().acknowledged_at is not None
 
 

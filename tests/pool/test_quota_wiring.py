@@ -76,7 +76,8 @@ def test_an_operator_defines_a_university_quota_tree_through_the_api(
     assert by_name["visitors"]["cohort"] == "guests"
     physics = by_name["physics"]["quotas"][0]
     assert physics == {"gpu_model": H100, "nominal": 8, "borrowing_limit": 8,
-                       "lending_limit": None, "available_if_idle": 16}
+                       "lending_limit": None, "available_if_idle": 16, "used": 0,
+                       "borrowed": 0, "lent": 0, "available_now": 16}
     # chemistry: its 12 guaranteed plus the university's pool (8 + physics' 8 + its own 4)
     assert by_name["chemistry"]["quotas"][0]["available_if_idle"] == 32
 

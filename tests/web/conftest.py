@@ -57,3 +57,11 @@ def tenant_web(client, tenant_person):
 def provider_web(client, provider_person):
     client.force_login(provider_person)
     return client
+
+
+@pytest.fixture
+def operator_web(client, db):
+    """A person of the installation's operator organisation, signed in."""
+    ops = accounts.create_organization(slug="ibex-ops", name="IBEX Ops", roles=("operator",))
+    client.force_login(person("olga-ops", ops))
+    return client

@@ -1,3 +1,5 @@
+import re
+
 from market import services as money
 from market.invoices import months_with_activity
 from market.models import TopUp
@@ -35,7 +37,7 @@ def test_a_top_up_polls_until_its_payment_is_ready_to_confirm(tenant_web, tenant
     assert top_up.amount_micros == 250_000_000 and top_up.state == "created"
     page = tenant_web.get("/app/account/").content.decode()
     status_url = f"/app/account/top-ups/{top_up.pk}/"
-    assert f'hx-get="{status_url}"' in page and 'hx-trigger="every 1s"' in page
+    assert f'hx-get="{status_url}?try=1"' in page and 'hx-trigger="every 1s"' in page
     assert "asking Stripe for a payment" in page
 
     money.record_payment_intent(top_up=top_up, payment_intent_id="pi_test_123",
@@ -72,3 +74,75 @@ def test_another_tenants_top_up_is_not_found(client, tenant_web, tenant):
     client.force_login(person("rita-rival", rival))
 
     assert client.get(f"/app/account/top-ups/{top_up.pk}/").status_code == 404
+
+
+def test_the_top_up_poll_gives_up_after_thirty_tries_and_says_so(tenant_web, tenant):
+    from web.views_billing import POLL_TRIES
+
+    top_up = money.create_top_up(tenant=tenant, amount_micros=50_000_000)
+    status_url = f"/app/account/top-ups/{top_up.pk}/"
+
+    still = tenant_web.get(f"{status_url}?try={POLL_TRIES - 1}").content.decode()
+    last = tenant_web.get(f"{status_url}?try={POLL_TRIES}").content.decode()
+
+    assert f'hx-get="{status_url}?try={POLL_TRIES}"' in still
+    assert "hx-trigger" not in last and "Stripe has not answered yet" in last
+    assert tenant_web.get(f"{status_url}?try=junk").status_code == 200
+
+
+def test_the_ledger_is_paged_newest_first(tenant_web, tenant):
+    from tests.factories import fund
+
+    for i in range(30):
+        fund(tenant, "1.00", reason=f"grant number {i}")
+
+    first = tenant_web.get("/app/account/").content.decode()
+    second = tenant_web.get("/app/account/?entries=2").content.decode()
+
+    assert first.count("grant number") == 25 and "grant number 29" in first
+    assert second.count("grant number") == 5 and "test funds" in second  # the oldest
+    assert 'href="?entries=2#ledger-card" rel="next"' in first
+
+
+def test_with_stripe_js_configured_the_page_mounts_the_card_element(tenant_web, tenant,
+                                                                    settings):
+    settings.STRIPE_PUBLISHABLE_KEY = "pk_test_ibex"
+    settings.STRIPE_JS_URL = "https://js.stripe.com/v3/"
+    tenant_web.post("/app/account/", {"amount": "250.00", "idempotency_key": "t-9"})
+    top_up = TopUp.objects.get(tenant=tenant)
+    money.record_payment_intent(top_up=top_up, payment_intent_id="pi_test_9",
+                                client_secret="pi_test_9_secret_abc")
+
+    page = tenant_web.get("/app/account/").content.decode()
+
+    assert '<script src="https://js.stripe.com/v3/" defer></script>' in page
+    assert '<script src="/static/web/top_up_card.js" defer></script>' in page
+    assert 'data-publishable-key="pk_test_ibex"' in page
+    assert 'data-client-secret="pi_test_9_secret_abc"' in page
+    assert ">Pay $250.00</button>" in page
+
+
+def test_without_stripe_keys_the_page_loads_nothing_from_outside(tenant_web, settings):
+    settings.STRIPE_PUBLISHABLE_KEY = ""
+    settings.STRIPE_JS_URL = ""
+
+    page = tenant_web.get("/app/account/").content.decode()
+
+    assert "js.stripe.com" not in page
+    assert not [src for src in re.findall(r'<script src="([^"]+)"', page)
+                if not src.startswith("/static/")]
+
+
+def test_after_the_card_is_accepted_the_page_polls_until_the_webhook_credits(tenant_web,
+                                                                            tenant):
+    top_up = money.create_top_up(tenant=tenant, amount_micros=50_000_000)
+    money.record_payment_intent(top_up=top_up, payment_intent_id="pi_test_7",
+                                client_secret="pi_test_7_secret_abc")
+    status_url = f"/app/account/top-ups/{top_up.pk}/"
+
+    waiting = tenant_web.get(f"{status_url}?confirmed=1").content.decode()
+    money.top_up_succeeded(top_up_id=top_up.pk, payment_intent_id="pi_test_7")
+    paid = tenant_web.get(f"{status_url}?confirmed=1", HTTP_HX_REQUEST="true").content.decode()
+
+    assert f'hx-get="{status_url}?confirmed=1&amp;try=1"' in waiting
+    assert "paid" in paid and 'id="balance-available" hx-swap-oob="true">$1,050.00' in paid

@@ -103,3 +103,22 @@ def test_gpus_are_listed_per_node_with_their_indexes_as_ranges():
                    [("n1", 0), ("n1", 1), ("n1", 2), ("n1", 5), ("n2", 3)]]
 
     assert gpu_list(allocations) == ["n1/0-2,5", "n2/3"]
+
+
+def test_leases_and_orders_are_paged_and_the_poll_keeps_the_page(tenant_web, tenant, provider):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    for _ in range(27):
+        Lease.objects.create(tenant=tenant, tier="on_demand", gpu_model="H100-80GB",
+                             gpu_count=1, price_micros=1, max_price_micros=1,
+                             starts_at=now, ends_at=now + timedelta(hours=1), state="completed")
+    first = tenant_web.get("/app/").content.decode()
+    second = tenant_web.get("/app/?leases=2").content.decode()
+
+    assert first.count("data-lease=") == 25 and second.count("data-lease=") == 2
+    assert 'href="?leases=2" rel="next"' in first
+    assert 'hx-get="/app/activity/?leases=2"' in second
+    assert tenant_web.get("/app/activity/?leases=2").content.decode().count("data-lease=") == 2

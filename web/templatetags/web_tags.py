@@ -1,6 +1,6 @@
 from django import template
 
-from market.money import to_dollars
+from market.money import divide_rounded, to_dollars
 
 register = template.Library()
 
@@ -17,7 +17,7 @@ def dollars(micros) -> str:
 
 
 BADGES = {
-    "filled": "ok", "active": "ok", "verified": "ok", "reachable": "ok", "completed": "muted",
+    "filled": "ok", "succeeded": "ok", "paid": "ok", "active": "ok", "verified": "ok", "reachable": "ok", "completed": "muted",
     "resting": "wait", "open": "wait", "pending": "wait", "placing": "wait", "registering": "wait",
     "preempting": "warn", "draining": "warn", "degraded": "warn",
     "refused": "bad", "failed": "bad", "preempted": "bad", "suspended": "bad",
@@ -35,3 +35,21 @@ def badge(state):
 @register.filter
 def label(value) -> str:
     return str(value).replace("_", " ")
+
+
+@register.simple_tag(takes_context=True)
+def page_query(context, param: str, number: int) -> str:
+    """The current query string with `param` set to `number` (other lists keep their page)."""
+    query = context["request"].GET.copy()
+    query[param] = number
+    return "?" + query.urlencode()
+
+
+@register.filter
+def cents(micros) -> str:
+    """Micro-dollars shown to the cent, half to even, as "$1,234.50" (summaries; the ledger
+    and invoices keep every micro-dollar)."""
+    if micros is None or micros == "":
+        return "—"
+    whole_cents = divide_rounded(int(micros), 10_000)
+    return dollars(whole_cents * 10_000)

@@ -1,11 +1,14 @@
 """Seed a demonstration exchange: two verified providers with fabrics, registered and priced
-nodes, three funded tenants and an operator.
+nodes, funded tenants and an operator; and a university's private pool (a third provider's
+256 unpriced H100s) shared by departments and research groups through quotas, with a tidal
+schedule moving GPUs between training (night) and inference (day).
 
 Idempotent: a second run reuses what exists. The raw API keys are written, for this local
 demo only, to var/demo/credentials.json, which `make demo` reads to start simulated agents.
 """
 
 import json
+from datetime import time
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -21,8 +24,9 @@ from ibex.runtime import var_dir
 from market import prices
 from market import services as money
 from market.models import GpuPrice
+from pool import quotas
 from pool import services as pool
-from pool.models import Node
+from pool.models import Node, Pool, TidalStep
 
 PROVIDERS = [
     # slug, fabric, GPU model, hosts expression, generator arguments, price per GPU-hour
@@ -30,8 +34,27 @@ PROVIDERS = [
      {"nodes": 64, "radix": 8, "tiers": 3, "prefix": "h100-", "rate_gbps": 400}, 2_490_000),
     ("campus-gpus", "campus-a100", "A100-80GB", "a100-[01-16]",
      {"nodes": 16, "radix": 8, "tiers": 2, "prefix": "a100-", "rate_gbps": 200}, 1_290_000),
+    # the university's own GPUs: not sold on the market (price None), shared through quotas
+    ("uni-hpc", "uni-h100", "H100-80GB", "uni-[01-32]",
+     {"nodes": 32, "radix": 8, "tiers": 2, "prefix": "uni-", "rate_gbps": 400}, None),
 ]
-TENANTS = ["acme-ai", "beta-labs", "gamma-uni"]
+TENANTS = ["acme-ai", "beta-labs", "gamma-uni", "uni-physics", "uni-biology"]
+UNIVERSITY_POOL = "state-university"
+H100 = "H100-80GB"
+# name, parent, organisation, nominal, borrowing limit, lending limit, whole-node shape
+UNIVERSITY_QUOTAS = [
+    ("university", None, "gamma-uni", 0, None, None, None),
+    ("physics", "university", "uni-physics", 0, None, None, None),
+    ("physics-astro", "physics", "uni-physics", 48, 32, None, None),
+    ("physics-hep", "physics", "uni-physics", 48, None, 16, None),
+    ("biology", "university", "uni-biology", 64, 32, None, 4),
+    ("cs-training", "university", "gamma-uni", 64, 64, None, None),
+    ("cs-inference", "university", "gamma-uni", 32, 32, None, None),
+]
+TIDES = [  # UTC: inference gets the day, training the night
+    ("day-inference", "07:00", {"cs-training": {H100: 32}, "cs-inference": {H100: 64}}),
+    ("night-training", "19:00", {"cs-training": {H100: 64}, "cs-inference": {H100: 32}}),
+]
 DEMO_PASSWORD = "ibex-demo"  # local demonstration only: the seed refuses to run with DEBUG off
 TENANT_CREDIT_MICROS = 50_000 * 1_000_000
 KEY_SCOPES = {"provider": ["read", "provide"], "tenant": ["read", "trade"],
@@ -63,8 +86,8 @@ class Command(BaseCommand):
                         pool.NodeSpec(hostname=host, fabric=fabric_name, gpu_model=model,
                                       gpu_count=8, cpu_cores=128, memory_gib=2048)
                         for host in hostnames])
-                if not GpuPrice.objects.filter(gpu__node__provider=org,
-                                               superseded_at__isnull=True).exists():
+                if price is not None and not GpuPrice.objects.filter(
+                        gpu__node__provider=org, superseded_at__isnull=True).exists():
                     prices.set_prices(provider=org, scope={"fabric": fabric_name},
                                       price_micros=price, actor="demo seed")
                 if org.provider_profile.state == ProviderProfile.State.PENDING:
@@ -79,7 +102,9 @@ class Command(BaseCommand):
                 if money.balances_of(tenant).available_micros == 0:
                     money.grant_credit(organization=tenant, amount_micros=TENANT_CREDIT_MICROS,
                                        reason="demo credit", actor="demo seed")
-            self._credentials(credentials, self._org("ibex-ops", "operator"), "operator")
+            operator = self._org("ibex-ops", "operator")
+            self._credentials(credentials, operator, "operator")
+            self._university(operator)
         path.write_text(json.dumps(credentials, indent=2))
         path.chmod(0o600)
         for slug, entry in sorted(credentials.items()):
@@ -87,6 +112,21 @@ class Command(BaseCommand):
         self.stdout.write(f"demo API keys: {path}")
         self.stdout.write(f"web logins: each organisation's slug, password {DEMO_PASSWORD!r} "
                           "(ibex-ops is also an admin at /admin/)")
+
+    def _university(self, operator: Organization) -> None:
+        """The university's private pool, its quota tree and its tidal schedule."""
+        university, _ = Pool.objects.get_or_create(name=UNIVERSITY_POOL,
+                                                   defaults={"owner": operator})
+        university.nodes.set(Node.objects.filter(provider__slug="uni-hpc"))
+        for name, parent, org, nominal, borrowing, lending, shape in UNIVERSITY_QUOTAS:
+            quotas.define_quota_node(
+                pool=university, name=name, parent=parent,
+                organization=Organization.objects.get(slug=org), shape_nodes=shape,
+                quotas=[quotas.QuotaSpec(H100, nominal, borrowing, lending)])
+        for name, at, nominals in TIDES:
+            hour, minute = (int(part) for part in at.split(":"))
+            TidalStep.objects.get_or_create(pool=university, name=name, defaults={
+                "daily_at": time(hour, minute), "nominals": nominals})
 
     def _org(self, slug: str, role: str) -> Organization:
         org = Organization.objects.filter(slug=slug).first()

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
+# The one fake Stripe of the run (started, and the environment a Celery worker inherits set,
+# when this is first imported): the card element's tests confirm payments on it.
+from tests.market.conftest import STRIPE_SERVER, WEBHOOK_SECRET
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
@@ -60,3 +64,19 @@ def screenshot(tmp_path):
         page.screenshot(path=str(folder / f"{name}.png"), full_page=full_page)
 
     return take
+
+
+@pytest.fixture
+def stripe_in_the_browser(live_server, settings):
+    """Stripe.js from the fake Stripe (its /v3/), and the fake sending its webhooks to this
+    live server, signed with the secret the app checks."""
+    STRIPE_SERVER.fake.reset()
+    settings.STRIPE_API_BASE = STRIPE_SERVER.url
+    settings.STRIPE_API_KEY = "sk_test_ibex"
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    settings.STRIPE_PUBLISHABLE_KEY = "pk_test_ibex"
+    settings.STRIPE_JS_URL = f"{STRIPE_SERVER.url}/v3/"
+    STRIPE_SERVER.fake.deliver_webhooks_to(f"{live_server.url}/api/v1/stripe/webhook/",
+                                           WEBHOOK_SECRET)
+    yield STRIPE_SERVER.fake
+    STRIPE_SERVER.fake.deliver_webhooks_to(None, None)

@@ -86,3 +86,45 @@ def test_a_tenant_tops_up_and_the_page_waits_for_the_payment(page, screenshot):
     expect(page.locator("#top-up")).to_contain_text("ready to confirm the card")  # polled
     expect(page.locator("#top-up")).to_contain_text(top_up.payment_intent_id)
     screenshot(page, "account", full_page=True)
+
+
+def test_a_tenant_pays_by_card_and_the_balance_rises(page, screenshot, celery_worker_process,
+                                                     stripe_in_the_browser):
+    tenant = _tenant_logged_in(page)
+    page.get_by_role("link", name="Account").click()
+    page.get_by_label("Amount (USD)").fill("250")
+    page.get_by_role("button", name="Start top-up").click()
+
+    # a real worker asks (the fake) Stripe for the PaymentIntent; the page then mounts the card
+    expect(page.get_by_label("Card number")).to_be_visible(timeout=30_000)
+    page.reload()  # a page that loads with the card form mounts it too
+    expect(page.get_by_label("Card number")).to_have_count(1)
+    page.get_by_label("Card number").fill("4242 4242 4242 4242")
+    page.get_by_label("Expiry date (MM / YY)").fill("12 / 34")
+    page.get_by_label("Security code (CVC)").fill("123")
+    screenshot(page, "top-up-card")
+    page.get_by_role("button", name="Pay $250.00").click()
+
+    # Stripe's webhook credits the balance; the page polls until it has
+    expect(page.locator("#top-up")).to_contain_text("paid", timeout=30_000)
+    expect(page.locator("#balance-available")).to_have_text("$5,250.00")
+    top_up = TopUp.objects.get(tenant=tenant)
+    assert top_up.state == "succeeded"
+    (confirm,) = stripe_in_the_browser.calls("POST", f"/v1/payment_intents/{top_up.payment_intent_id}/confirm")
+    assert confirm["params"]["client_secret"] == top_up.client_secret
+
+
+def test_a_declined_card_says_so_and_adds_nothing(page, celery_worker_process,
+                                                   stripe_in_the_browser):
+    tenant = _tenant_logged_in(page)
+    page.get_by_role("link", name="Account").click()
+    page.get_by_label("Amount (USD)").fill("80")
+    page.get_by_role("button", name="Start top-up").click()
+    expect(page.get_by_label("Card number")).to_be_visible(timeout=30_000)
+
+    page.get_by_label("Card number").fill("4000 0000 0000 0002")
+    page.get_by_role("button", name="Pay $80.00").click()
+
+    expect(page.locator("#card-errors")).to_contain_text("Your card has insufficient funds.")
+    expect(page.get_by_role("button", name="Pay $80.00")).to_be_enabled()
+    assert money.balances_of(tenant).available_micros == 5_000 * 1_000_000

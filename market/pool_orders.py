@@ -1,0 +1,198 @@
+"""Orders in private pools: priced in quota, not money.
+
+An order that names a private pool goes to one of the tenant's quota queues there (a leaf
+`pool.QuotaNode` whose organisation is the tenant). It holds no money: it is *queued* until the
+scheduler's admission pass (`scheduler.quota_admission`) admits it under the pool's quotas and
+places it; then it is filled by a lease that carries its queue and priority. What a lease
+used is accounted in GPU-hours through the same ledger (`market.ledger`): one balanced
+transaction per ended lease, in the currency `gph` (micro-GPU-hours), from the pool owner's
+`quota_issued` account to the tenant's `quota_used` account. No Stripe, no dollars.
+
+Preemption in private pools (reclaim, priority, tidal schedules) uses the spot mechanism: an
+active lease gets `preempt_at` = now + the notice and becomes PREEMPTING; the market's
+`end_preempted_leases` beat ends it when the notice runs out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from ibex.accounts.models import Organization
+from ibex.outbox import services as outbox
+from market import leasing, ledger
+from market.models import GPU_HOURS, Account, Allocation, Lease, LedgerTransaction, Order
+from pool.models import Gpu, Pool, QuotaNode
+
+OS = Order.State
+HOLDING = (Lease.State.PENDING, Lease.State.PLACING, Lease.State.ACTIVE, Lease.State.PREEMPTING)
+MICROS_PER_HOUR = 1_000_000
+MAX_PRIORITY = 1000
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    pool: Pool
+    queue: QuotaNode
+
+
+def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: list[str],
+                   tier: str, max_price_micros: int, gpus: int, priority: int):
+    """The pool and queue an order names, or `market.orders.OrderError` naming the field."""
+    from market.orders import OrderError
+
+    found = Pool.objects.filter(name=pool, kind=Pool.Kind.PRIVATE).first()
+    queues = QuotaNode.objects.filter(pool=found, organization=tenant, children__isnull=True)
+    if found is None or not queues.exists():
+        raise OrderError(f"your organisation has no quota in a private pool named {pool!r}",
+                         field="pool")
+    if queue:
+        chosen = queues.filter(name=queue).first()
+        if chosen is None:
+            raise OrderError(f"your organisation has no quota queue {queue!r} in pool {pool}",
+                             field="queue")
+    else:
+        names = sorted(queues.values_list("name", flat=True))
+        if len(names) > 1:
+            raise OrderError(f"name one of your queues in pool {pool}: {', '.join(names)}",
+                             field="queue")
+        chosen = queues.get()
+    if len(gpu_models) != 1:
+        raise OrderError("an order in a private pool names exactly one GPU model",
+                         field="gpu_models")
+    if not chosen.quotas.filter(gpu_model__name=gpu_models[0]).exists():
+        raise OrderError(f"queue {chosen.name} has no quota for {gpu_models[0]}",
+                         field="gpu_models")
+    if tier != Lease.Tier.ON_DEMAND:
+        raise OrderError("orders in a private pool are on_demand: the quota decides when they "
+                         "start", field="tier")
+    if max_price_micros != 0:
+        raise OrderError("orders in a private pool are priced in quota: give 0.00",
+                         field="max_price_per_gpu_hour")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise OrderError(f"priority is a whole number from 0 to {MAX_PRIORITY}",
+                         field="priority")
+    largest = (Gpu.objects.filter(node__pools=found, gpu_model__name=gpu_models[0])
+               .exclude(node__state="retired").count())
+    if gpus > largest:
+        raise OrderError(f"pool {pool} has {largest} {gpu_models[0]} GPUs", field="gpus")
+    return PoolTarget(found, chosen)
+
+
+def queue_order(*, order: Order, target: PoolTarget, actor: str) -> Order:
+    """A new pool order waits for the next admission pass (queued at once through the outbox)."""
+    from market.orders import _change_state
+
+    order.pool, order.quota_node = target.pool, target.queue
+    order.save(update_fields=["pool", "quota_node"])
+    _change_state(order, OS.QUEUED, actor, "waiting for quota admission")
+    outbox.enqueue("scheduler.admit_pool", target.pool.pk)
+    return order
+
+
+def fill_pool_order(*, order: Order, gpus: list[leasing.GpuChoice], gpu_model: str,
+                    starts_at: datetime, locality: dict, reason: str,
+                    actor: str = "scheduler") -> Lease:
+    """Admit a queued order: a lease on these GPUs in its queue, placed like market leases."""
+    from market.orders import _change_state
+
+    lease = leasing.create_lease(
+        tenant=order.tenant, tier=order.tier, gpu_model=gpu_model, gpus=gpus,
+        starts_at=starts_at, ends_at=starts_at + timedelta(hours=order.hours), price_micros=0,
+        max_price_micros=0, locality=locality, actor=actor)
+    Lease.objects.filter(pk=lease.pk).update(quota_node=order.quota_node_id,
+                                             priority=order.priority)
+    lease.quota_node_id, lease.priority = order.quota_node_id, order.priority
+    order.lease, order.queue_position = lease, None
+    order.save(update_fields=["queue_position"])
+    _change_state(order, OS.FILLED, actor, reason)
+    outbox.enqueue("scheduler.place_lease", lease.pk)
+    return lease
+
+
+def set_waiting(*, order_id: int, position: int, reason: str) -> None:
+    """Record a queued order's place in its pool's queue and why it waits (if changed)."""
+    Order.objects.filter(pk=order_id, state=OS.QUEUED).exclude(
+        Q(queue_position=position) & Q(reason=reason[:500])).update(
+        queue_position=position, reason=reason[:500])
+
+
+def give_notice(*, lease: Lease, reason: str, now: datetime, actor: str = "scheduler") -> Lease:
+    """Preempt a pool lease with the spot notice; one not yet running ends at once."""
+    if lease.state in (Lease.State.PENDING, Lease.State.PLACING):
+        return leasing.change_lease_state(lease=lease, to_state=Lease.State.TERMINATED,
+                                          actor=actor, reason=f"{reason} (before it started)")
+    lease = leasing.change_lease_state(lease=lease, to_state=Lease.State.PREEMPTING,
+                                       actor=actor, reason=reason)
+    notice_at = now + timedelta(seconds=settings.PREEMPTION_NOTICE_S)
+    Lease.objects.filter(pk=lease.pk).update(preempt_at=notice_at)
+    lease.preempt_at = notice_at
+    return lease
+
+
+def pool_leases(pool: Pool):
+    """Leases that hold GPUs of a pool's quota now (pending, placing, active, preempting)."""
+    return (Lease.objects.filter(quota_node__pool=pool, state__in=HOLDING)
+            .select_related("quota_node"))
+
+
+def pool_usage(pool: Pool) -> list[tuple[str, str, int]]:
+    """`(queue, model, gpus)` of every lease that holds GPUs of the pool now, as
+    `pool.quotas.usage_of_pool` takes them."""
+    return [(lease.quota_node.name, lease.gpu_model, lease.gpu_count)
+            for lease in pool_leases(pool)]
+
+
+# --- GPU-hours accounting ------------------------------------------------------------------------
+
+
+def used_micro_gpu_hours(lease: Lease) -> int:
+    """What a lease held, from its (cut) allocations, in micro-GPU-hours."""
+    seconds = 0
+    for (period,) in Allocation.objects.filter(lease=lease).values_list("period"):
+        if period.upper is not None:
+            seconds += max(0, int((period.upper - period.lower).total_seconds()))
+    return seconds * MICROS_PER_HOUR // 3600
+
+
+def record_quota_usage(*, lease: Lease) -> LedgerTransaction | None:
+    """Account an ended pool lease's GPU-hours: pool owner's `quota_issued` → tenant's
+    `quota_used`, once per lease (called inside the lease's ending transaction)."""
+    if lease.quota_node_id is None:
+        return None
+    if LedgerTransaction.objects.filter(cause=LedgerTransaction.Cause.QUOTA_USAGE,
+                                        source_type="lease", source_id=str(lease.pk)).exists():
+        return None
+    amount = used_micro_gpu_hours(lease)
+    if amount <= 0:
+        return None
+    owner = Pool.objects.filter(quota_nodes=lease.quota_node_id).values_list("owner",
+                                                                             flat=True).get()
+    issued = ledger.account(Organization.objects.get(pk=owner), Account.Kind.QUOTA_ISSUED,
+                            GPU_HOURS)
+    used = ledger.account(lease.tenant, Account.Kind.QUOTA_USED, GPU_HOURS)
+    with transaction.atomic():
+        return ledger.move(from_account=issued, to_account=used, amount_micros=amount,
+                           cause=LedgerTransaction.Cause.QUOTA_USAGE, source_type="lease",
+                           source_id=lease.pk, actor="metering",
+                           memo=f"lease {lease.pk} in queue {lease.quota_node_id}")
+
+
+def gpu_hours_used(organization: Organization) -> float:
+    return ledger.balance(organization, Account.Kind.QUOTA_USED, GPU_HOURS) / MICROS_PER_HOUR
+
+
+
+def usage_and_waiting(pool: Pool) -> dict:
+    """What `pool.usage_port` asks for: the pool's usage and its queued orders, plain."""
+    waiting: dict[str, list[dict]] = {}
+    for order in (Order.objects.filter(pool=pool, state=OS.QUEUED).select_related("quota_node")
+                  .order_by("queue_position", "created_at", "pk")):
+        waiting.setdefault(order.quota_node.name, []).append({
+            "order": order.pk, "gpus": order.gpus, "priority": order.priority,
+            "position": order.queue_position, "reason": order.reason})
+    return {"usage": pool_usage(pool), "waiting": waiting}
