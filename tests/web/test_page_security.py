@@ -182,3 +182,16 @@ def test_every_post_form_in_the_templates_carries_the_token():
                 if re.search(r'method="post"', form, re.I) and "{% csrf_token %}" not in form:
                     missing.append(f"{path.relative_to(ROOT)}: {form[:60]}")
     assert missing == []
+
+
+def test_stripe_js_is_allowed_only_from_stripe_and_only_where_configured(client, db, settings):
+    settings.STRIPE_JS_URL = ""
+    closed = client.get("/").headers["Content-Security-Policy"]
+    settings.STRIPE_JS_URL = "https://js.stripe.com/v3/"
+    open_ = client.get("/").headers["Content-Security-Policy"]
+
+    assert "stripe" not in closed and "frame-src 'none'" in closed
+    assert "script-src 'self' https://js.stripe.com;" in open_
+    assert "frame-src 'self' https://js.stripe.com https://hooks.stripe.com" in open_
+    assert "connect-src 'self' https://js.stripe.com https://api.stripe.com" in open_
+    assert "unsafe-inline" not in open_
