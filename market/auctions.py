@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ibex.outbox import services as outbox
 from market import clearing, leasing
 from market.models import Clearing, Lease, Order
 from market.orders import (
@@ -107,6 +108,8 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
         lease = _lease(order, chosen, won.price_micros, now)
         order.lease = lease
         _change_state(order, OS.FILLED, "market", f"won at {won.price_micros} µ$/GPU-hour")
+        # Placed at once, like an on-demand fill (not only by the requeue sweep, a minute on).
+        outbox.enqueue("scheduler.place_lease", lease.pk)
         accepted.append({"order": order.pk, "lease": lease.pk, "gpus": order.gpus,
                          "price_micros": won.price_micros})
     refused = []
