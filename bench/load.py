@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -155,6 +156,7 @@ def main(argv=None) -> int:
         if not result_path.exists():
             sys.exit(f"bench/load.py: locust wrote no result; see {work / 'locust.log'}")
         result = json.loads(result_path.read_text())
+        shutil.rmtree(work, ignore_errors=True)  # kept (logs) only when the run failed
     finally:
         for process in processes:
             process.terminate()
