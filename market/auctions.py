@@ -112,8 +112,6 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
             outbox.enqueue("scheduler.place_lease", lease.pk)
         order.lease = lease
         _change_state(order, OS.FILLED, "market", f"won at {won.price_micros} µ$/GPU-hour")
-        # Placed at once, like an on-demand fill (not only by the requeue sweep, a minute on).
-        outbox.enqueue("scheduler.place_lease", lease.pk)
         accepted.append({"order": order.pk, "lease": lease.pk, "gpus": order.gpus,
                          "price_micros": won.price_micros})
     refused = []
