@@ -81,7 +81,7 @@ class ControlFile:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.current = Control()
-        self._signature: tuple[float, int] | None = None
+        self._file_stamp: tuple[float, int] | None = None
 
     def refresh(self, force: bool = False) -> bool:
         """Re-read the file if it changed (or `force`); True if the control changed.
@@ -93,13 +93,13 @@ class ControlFile:
             return False
         try:
             stat = self.path.stat()
-            signature = (stat.st_mtime, stat.st_size)
+            stamp = (stat.st_mtime, stat.st_size)
         except OSError:
-            signature = None
-        if signature == self._signature and not force:
+            stamp = None
+        if stamp == self._file_stamp and not force:
             return False
-        self._signature = signature
-        if signature is None:
+        self._file_stamp = stamp
+        if stamp is None:
             control = Control()
         else:
             try:

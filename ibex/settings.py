@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "ibex.accounts",
+    "ibex.audit",
     "ibex.outbox",
     "fabric",
     "pool",
@@ -75,11 +76,13 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "ibex.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "ibex.audit.context.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -145,6 +148,15 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "strict-origin-when-cross-origin"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# Web forms outside DRF (ibex/ratelimit.py): failed log-ins per address+user and per address.
+IBEX_RATE_LIMITS = {
+    "login": os.environ.get("RATE_LIMIT_LOGIN", "10/5m"),
+    "login-address": os.environ.get("RATE_LIMIT_LOGIN_ADDRESS", "50/5m"),
+    "keys": os.environ.get("THROTTLE_KEYS", "30/hour"),
+}
 
 # --- web marketplace (web/) ---------------------------------------------------------------
 LOGIN_URL = "web:login"
@@ -166,12 +178,15 @@ REST_FRAMEWORK = {
     # `format` is ours (e.g. topology.conf?format=slurm-block), not a renderer override
     "URL_FORMAT_OVERRIDE": None,
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        "ibex.api.throttles.AnonRateThrottle",
+        "ibex.api.throttles.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": os.environ.get("THROTTLE_ANON", "120/min"),
         "user": os.environ.get("THROTTLE_USER", "3000/min"),
+        "orders": os.environ.get("THROTTLE_ORDERS", "300/min"),  # per organisation
+        "keys": os.environ.get("THROTTLE_KEYS", "30/hour"),  # key creation, per organisation
+        "heartbeat": os.environ.get("THROTTLE_HEARTBEAT", "30/min"),  # per node
     },
 }
 
@@ -269,7 +284,10 @@ CELERY_BEAT_SCHEDULE.update({
     "meter-usage": {"task": "market.meter_usage", "schedule": 60.0},
     "start-automatic-top-ups": {"task": "market.start_automatic_top_ups", "schedule": 60.0},
     "schedule-payouts": {"task": "market.schedule_payouts", "schedule": 86_400.0},
+    "resend-unsent-payouts": {"task": "market.resend_unsent_payouts", "schedule": 300.0},
 })
+METERING_CATCH_UP_MINUTES = env_int("METERING_CATCH_UP_MINUTES", 10)
+PAYOUT_RESEND_AFTER_S = env_int("PAYOUT_RESEND_AFTER_S", 600)
 PLACING_TIMEOUT_S = env_int("PLACING_TIMEOUT_S", 300)
 PLACEMENT_ATTEMPTS = env_int("PLACEMENT_ATTEMPTS", 5)  # then the lease fails, refunded
 PLACEMENT_BACKOFF_BASE_S = env_int("PLACEMENT_BACKOFF_BASE_S", 2)  # 2, 4, 8, 16 s ...

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from ibex import health
 from ibex.api.views import api_root
@@ -8,7 +8,7 @@ from ibex.api.views import api_root
 api_v1 = [
     path("", api_root, name="api-root"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("", include("ibex.accounts.urls")),
     path("", include("fabric.urls")),
     path("", include("pool.urls")),

@@ -14,6 +14,7 @@ from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.errors import ApiError
 from ibex.api.pagination import CursorPagination
+from ibex.api.throttles import OrderThrottle
 from market import leasing, orders, prices
 from market.api import DollarsField
 from market.models import Allocation, Clearing, GpuPrice, Lease, LeaseEvent, Order
@@ -308,6 +309,10 @@ class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     serializer_class = OrderSerializer
     permission_classes = [ReadOrTrade]
     filterset_fields = ["state", "tier"]
+
+    def get_throttles(self):
+        extra = [OrderThrottle()] if self.action == "create" else []
+        return [*super().get_throttles(), *extra]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):

@@ -17,6 +17,7 @@ from django.db.models import F, Func, Q, Value
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
+from ibex.audit.services import record_audit
 from market.models import Allocation, Lease, LeaseEvent, Order
 from pool import services as pool
 from pool.models import Node
@@ -145,7 +146,10 @@ def complete_ended_leases(*, now: datetime | None = None) -> list[int]:
 
 @transaction.atomic
 def terminate_lease(*, lease: Lease, actor: str, reason: str = "terminated by the tenant") -> Lease:
-    return change_lease_state(lease=lease, to_state=S.TERMINATED, actor=actor, reason=reason)
+    lease = change_lease_state(lease=lease, to_state=S.TERMINATED, actor=actor, reason=reason)
+    record_audit(action="lease.terminate", target=lease, actor=actor,
+                 organization=lease.tenant, details={"reason": reason[:500]})
+    return lease
 
 
 @transaction.atomic
@@ -168,6 +172,8 @@ def extend_lease(*, lease: Lease, hours: int, actor: str) -> Lease:
                               reason=f"extended by {hours} h to {new_end:%Y-%m-%d %H:%M}")
     locked.ends_at = new_end
     locked.save(update_fields=["ends_at"])
+    record_audit(action="lease.extend", target=locked, actor=actor, organization=locked.tenant,
+                 details={"hours": hours, "ends_at": new_end.isoformat()})
     return locked
 
 

@@ -18,6 +18,7 @@ from django.db.models import F, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
+from ibex.audit.services import record_audit
 from ibex.outbox import services as outbox
 from market import ledger
 from market.ledger import InsufficientFunds, Line
@@ -102,6 +103,10 @@ def transition(row, *, to_state: str, actor: str, reason: str):
         row.state_changed_at = timezone.now()
         fields.append("state_changed_at")
     row.save(update_fields=fields)
+    subject = SUBJECTS[type(row)]
+    record_audit(action=f"money.{subject}.{to_state}", target=f"{subject}:{row.pk}", actor=actor,
+                 organization=getattr(row, "tenant", None) or getattr(row, "provider", None),
+                 amount_micros=row.amount_micros, details={"reason": reason[:500]})
     return row
 
 
@@ -139,6 +144,9 @@ def grant_credit(*, organization: Organization, amount_micros: int, reason: str,
                 to_account=ledger.account(organization, Kind.TENANT_AVAILABLE),
                 amount_micros=amount_micros, cause=Cause.GRANT, source_type="credit_grant",
                 source_id=grant.pk, actor=actor, memo=reason)
+    record_audit(action="money.credit_grant", target=f"credit_grant:{grant.pk}", actor=actor,
+                 organization=organization, amount_micros=amount_micros,
+                 details={"reason": reason[:500]})
     return grant
 
 
@@ -148,6 +156,9 @@ def set_spend_limits(*, organization: Organization, per_hour_micros: int | None,
     limit, _ = SpendLimit.objects.update_or_create(
         organization=organization,
         defaults={"per_hour_micros": per_hour_micros, "per_month_micros": per_month_micros})
+    record_audit(action="money.spend_limits", target=f"spend_limit:{limit.pk}",
+                 organization=organization, details={"per_hour_micros": per_hour_micros,
+                                                     "per_month_micros": per_month_micros})
     return limit
 
 
@@ -430,6 +441,10 @@ def grant_sla_credit(*, tenant: Organization, provider: Organization, amount_mic
     available = ledger.account(tenant, Kind.TENANT_AVAILABLE)
     locked = ledger.lock([held_back, platform, available])
     from_provider = min(amount_micros, locked[held_back.pk].balance_micros)
+    record_audit(action="money.sla_credit", target=f"lease:{lease_ref}", actor=actor,
+                 organization=tenant, amount_micros=amount_micros,
+                 details={"provider": provider.slug, "from_provider_micros": from_provider,
+                          "reason": reason[:500]})
     return ledger.post(cause=Cause.SLA_CREDIT, source_type="lease", source_id=lease_ref,
                        actor=actor, memo=reason, lines=[
                            Line(held_back, -from_provider),
@@ -537,6 +552,9 @@ def create_top_up(*, tenant: Organization, amount_micros: int, idempotency_key: 
                                   idempotency_key=idempotency_key, automatic=automatic)
     MoneyStateChange.objects.create(subject="top_up", subject_id=top_up.pk, from_state="",
                                     to_state=top_up.state, actor=actor, reason="requested")
+    record_audit(action="money.top_up.requested", target=f"top_up:{top_up.pk}",
+                 organization=tenant, amount_micros=amount_micros,
+                 actor=None if actor == "system" and not automatic else actor)
     _queue(_tasks().create_payment_intent, top_up.pk)
     return top_up
 
@@ -649,6 +667,9 @@ def request_refund(*, tenant: Organization, amount_micros: int,
     top_up.save(update_fields=["refunded_micros"])
     MoneyStateChange.objects.create(subject="refund", subject_id=refund.pk, from_state="",
                                     to_state=refund.state, actor=actor, reason="requested")
+    record_audit(action="money.refund.requested", target=f"refund:{refund.pk}",
+                 actor=None if actor == "system" else actor, organization=tenant,
+                 amount_micros=amount_micros, details={"top_up": top_up.pk})
     _queue(_tasks().send_refund, refund.pk)
     return refund
 
@@ -742,10 +763,22 @@ def create_payout(*, provider: Organization, actor: str = "system") -> Payout | 
     payout = Payout.objects.create(provider=provider, amount_micros=amount)
     MoneyStateChange.objects.create(subject="payout", subject_id=payout.pk, from_state="",
                                     to_state=payout.state, actor=actor, reason="scheduled")
+    record_audit(action="money.payout.created", target=f"payout:{payout.pk}",
+                 actor=None if actor == "system" else actor, organization=provider,
+                 amount_micros=amount)
     ledger.move(from_account=payable, to_account=clearing, amount_micros=amount,
                 cause=Cause.PAYOUT, source_type="payout", source_id=payout.pk, actor=actor)
     _queue(_tasks().send_payout, payout.pk)
     return payout
+
+
+def unsent_payouts(*, older_than_s: int, now: datetime | None = None) -> list[int]:
+    """Pending payouts that never reached Stripe (their task was lost: a worker killed, a
+    broker restarted) after this long; sending one again is safe (idempotency keys)."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=older_than_s)
+    return list(Payout.objects.filter(state=P.PENDING, stripe_payout_id__isnull=True,
+                                      created_at__lt=cutoff).order_by("pk")
+                .values_list("pk", flat=True))
 
 
 def schedule_payouts() -> list[Payout]:

@@ -1,8 +1,9 @@
 """Celery tasks: thin wrappers that call Stripe (outside any transaction) or services."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from market import services, stripe_gateway
@@ -72,15 +73,29 @@ def send_payout(payout_id: int) -> str:
 
 
 @shared_task(name="market.meter_usage")
-def meter_usage() -> int:
-    """Bill the minute that just ended for every running lease (beat: once a minute)."""
+def meter_usage(minute: str | None = None) -> int:
+    """Bill one minute (ISO time), else the last METERING_CATCH_UP_MINUTES minutes that have
+    ended (beat: once a minute). Billing is once per lease and minute, so a run that was
+    lost (a worker killed, the beat late) is made up by the next one, not skipped."""
+    if minute is not None:
+        return services.meter_minute(minute=datetime.fromisoformat(minute))
     last_minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
-    return services.meter_minute(minute=last_minute)
+    return sum(services.meter_minute(minute=last_minute - timedelta(minutes=back))
+               for back in reversed(range(settings.METERING_CATCH_UP_MINUTES)))
 
 
 @shared_task(name="market.schedule_payouts")
 def schedule_payouts() -> int:
     return len(services.schedule_payouts())
+
+
+@shared_task(name="market.resend_unsent_payouts")
+def resend_unsent_payouts() -> int:
+    """Send again the payouts whose send_payout task was lost (beat)."""
+    unsent = services.unsent_payouts(older_than_s=settings.PAYOUT_RESEND_AFTER_S)
+    for payout_id in unsent:
+        send_payout.delay(payout_id)
+    return len(unsent)
 
 
 @shared_task(name="market.start_automatic_top_ups")

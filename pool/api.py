@@ -15,6 +15,7 @@ from ibex.accounts.api import StrictSerializer
 from ibex.accounts.models import Organization
 from ibex.accounts.permissions import ReadOrProvide, organization_of
 from ibex.api.errors import ApiError
+from ibex.api.throttles import HeartbeatThrottle
 from pool import quota as core
 from pool import quotas, services
 from pool.models import Gpu, GpuModel, Node, Pool, PriorityClass, TidalRun
@@ -290,7 +291,7 @@ class HeartbeatView(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
-    throttle_classes: list = []
+    throttle_classes: list = []  # counted per node once its token is checked, in post()
 
     @extend_schema(request=HeartbeatSerializer, responses=HeartbeatAnswerSerializer,
                    summary="Heartbeat from a node agent (Authorization: Node <token>)")
@@ -302,6 +303,9 @@ class HeartbeatView(APIView):
             node = services.authenticate_node(pk, header[5:].strip())
         except services.TokenRefused as exc:
             raise AuthenticationFailed(str(exc)) from None
+        throttle = HeartbeatThrottle()  # after the token, so strangers cannot use a node's allowance
+        if not throttle.allow_request(request, self):
+            self.throttled(request, throttle.wait())
         answer = services.record_heartbeat(node=node, **parse_heartbeat(request.data))
         return Response({"interval_s": answer.interval_s, "node_state": answer.node_state,
                          "actions": answer.actions})

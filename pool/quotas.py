@@ -8,6 +8,7 @@ each). Per-queue usage comes from the market's active leases: the market passes 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from ibex.accounts.models import Organization
+from ibex.audit.services import record_audit
 from pool import quota as core
 from pool.models import Binding, Gpu, GpuModel, Node, Pool, PriorityClass, Quota, QuotaNode
 
@@ -154,6 +156,9 @@ def define_quota_node(*, pool: Pool, name: str, parent: str | None = None, cohor
     Quota.objects.bulk_create(
         Quota(node=node, gpu_model=models[q.gpu_model], nominal=q.nominal,
               borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit) for q in quotas)
+    record_audit(action="quota.define", target=node, organization=organization,
+                 details={"pool": pool.name, "name": name, "parent": parent, "cohort": cohort,
+                          "quotas": [dataclasses.asdict(q) for q in quotas]})
     return node
 
 
@@ -170,6 +175,9 @@ def set_quota(*, node: QuotaNode, gpu_model: str, nominal: int,
         node=node, gpu_model=model,
         defaults={"nominal": nominal, "borrowing_limit": borrowing_limit,
                   "lending_limit": lending_limit})
+    record_audit(action="quota.set", target=quota, details={
+        "node": node.name, "gpu_model": gpu_model, "nominal": nominal,
+        "borrowing_limit": borrowing_limit, "lending_limit": lending_limit})
     return quota
 
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
 from ibex.accounts.models import Organization, ProviderProfile
+from ibex.audit.services import record_audit
 from ibex.db import analyze_after_bulk_load
 from pool.models import Binding, Gpu, GpuModel, HealthEvent, Node, NodeStateChange
 
@@ -167,6 +168,8 @@ def _create_nodes(provider, specs, fabrics, hosts, models) -> list[RegisteredNod
 def rotate_node_token(*, node: Node) -> str:
     raw, prefix, digest = _new_token()
     Node.objects.filter(pk=node.pk).update(token_prefix=prefix, token_hash=digest)
+    record_audit(action="node.rotate_token", target=node, organization=node.provider,
+                 details={"hostname": node.hostname, "prefix": prefix})
     return raw
 
 
@@ -188,11 +191,15 @@ def change_node_state(*, node: Node, to_state: str, actor: str, reason: str) -> 
     locked = Node.objects.select_for_update().get(pk=node.pk)
     if to_state not in NODE_TRANSITIONS[locked.state]:
         raise NodeTransitionError(f"a {locked.state} node cannot become {to_state}")
-    NodeStateChange.objects.create(node=locked, from_state=locked.state, to_state=to_state,
+    from_state = locked.state
+    NodeStateChange.objects.create(node=locked, from_state=from_state, to_state=to_state,
                                    actor=actor, reason=reason)
     locked.state = to_state
     locked.state_changed_at = timezone.now()
     locked.save(update_fields=["state", "state_changed_at"])
+    record_audit(action=f"node.{to_state}", target=locked, actor=actor,
+                 organization=locked.provider,
+                 details={"hostname": locked.hostname, "from": from_state, "reason": reason[:500]})
     return locked
 
 

@@ -12,6 +12,7 @@ from web import (
     views_tenant,
     views_webhooks,
 )
+from web.login import LoginView
 
 app_name = "web"
 
@@ -20,8 +21,7 @@ urlpatterns = [
     path("markets/cards/", views_market.market_cards, name="market-cards"),
     path("markets/<str:gpu_model>/", views_market.history, name="market-history"),
     path("signup/", views_account.signup, name="signup"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True),
-         name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("home/", views_account.home, name="home"),
     path("app/", views_tenant.dashboard, name="dashboard"),

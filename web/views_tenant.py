@@ -8,6 +8,7 @@ from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from ibex import ratelimit
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
 from market import orders
@@ -123,6 +124,11 @@ def api_keys(request):
     org = request.organization
     issued = None
     form = ApiKeyForm(request.POST or None)
+    if request.method == "POST" and not ratelimit.allowed("keys", f"org-{org.pk}"):
+        form.add_error(None, "Too many keys created recently. Try again later.")
+        return render(request, "web/api_keys.html", {
+            "org": org, "form": form, "issued": None,
+            "keys": ApiKey.objects.filter(organization=org).order_by("-created_at")}, status=429)
     if request.method == "POST" and form.is_valid():
         issued = accounts.issue_api_key(organization=org, scopes=form.cleaned_data["scopes"],
                                         name=form.cleaned_data["name"], user=request.user)

@@ -15,7 +15,8 @@ from rest_framework.views import APIView
 
 from ibex.accounts import services
 from ibex.accounts.models import ApiKey, Organization, ProviderProfile
-from ibex.accounts.permissions import organization_of, scopes_of
+from ibex.accounts.permissions import ReadOrProvide, organization_of, scopes_of
+from ibex.api.throttles import KeyCreationThrottle
 
 
 class StrictSerializer(serializers.Serializer):
@@ -172,6 +173,10 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
                     mixins.DestroyModelMixin, viewsets.GenericViewSet):
     serializer_class = ApiKeySerializer
 
+    def get_throttles(self):
+        extra = [KeyCreationThrottle()] if self.action == "create" else []
+        return [*super().get_throttles(), *extra]
+
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return ApiKey.objects.none()
@@ -228,6 +233,8 @@ class ProviderDetailsSerializer(StrictSerializer):
 
 
 class ProviderProfileView(APIView):
+    permission_classes = [ReadOrProvide]  # changing details needs `provide`
+
     def _profile(self, request) -> ProviderProfile:
         org = organization_of(request)
         profile = ProviderProfile.objects.filter(organization=org).first()
@@ -243,8 +250,6 @@ class ProviderProfileView(APIView):
                    summary="Update organisation and payout details")
     def patch(self, request):
         profile = self._profile(request)
-        if not ({"provide", "admin"} & scopes_of(request)):
-            raise PermissionDenied("Changing provider details needs the 'provide' scope.")
         form = ProviderDetailsSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         profile = services.update_provider_details(organization=profile.organization,

@@ -16,6 +16,7 @@ from ibex.accounts.models import (
     ProviderProfile,
     ProviderStateChange,
 )
+from ibex.audit.services import record_audit
 
 KEY_PREFIX = "ibex"
 ROLES = ("tenant", "provider", "operator")
@@ -77,6 +78,8 @@ def change_provider_state(*, organization: Organization, to_state: str, actor: s
     profile.state = to_state
     profile.state_changed_at = timezone.now()
     profile.save(update_fields=["state", "state_changed_at"])
+    record_audit(action=f"provider.{to_state}", target=profile, actor=actor,
+                 organization=organization, details={"reason": reason[:500]})
     return profile
 
 
@@ -86,6 +89,8 @@ def update_provider_details(*, organization: Organization, **details) -> Provide
     for field, value in details.items():
         setattr(profile, field, value)
     profile.save(update_fields=list(details))
+    record_audit(action="provider.details", target=profile, organization=organization,
+                 details={"fields": sorted(details)})
     return profile
 
 
@@ -104,6 +109,8 @@ def issue_api_key(*, organization: Organization, scopes: list[str], name: str = 
         organization=organization, user=user, name=name, prefix=prefix,
         key_hash=hash_key(raw_key), scopes=sorted(set(scopes)), expires_at=expires_at,
     )
+    record_audit(action="api_key.issue", target=api_key, organization=organization,
+                 details={"prefix": prefix, "scopes": api_key.scopes})
     return IssuedKey(api_key=api_key, raw_key=raw_key)
 
 
@@ -115,5 +122,9 @@ def _service_user(organization: Organization):
     return user
 
 
+@transaction.atomic
 def revoke_api_key(*, api_key: ApiKey) -> None:
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    if ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()):
+        record_audit(action="api_key.revoke", target=api_key,
+                     organization=api_key.organization, details={"prefix": api_key.prefix})

@@ -26,7 +26,9 @@ RELAY_BATCH = 500
 def enqueue(task: str, *args) -> OutboxMessage:
     """Record a task inside the caller's transaction; it is sent when that commits."""
     message = OutboxMessage.objects.create(task=task, args=list(args))
-    transaction.on_commit(lambda: relay_one(message.pk))
+    # robust: the change has committed; if relaying now fails (PostgreSQL gone between the
+    # commit and the relay), the request must not fail with it: the relay beat sends it later.
+    transaction.on_commit(lambda: relay_one(message.pk), robust=True)
     return message
 
 

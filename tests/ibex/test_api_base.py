@@ -138,4 +138,4 @@ def test_list_endpoints_default_to_cursor_pagination_and_throttling_is_on(settin
     framework = settings.REST_FRAMEWORK
 
     assert framework["DEFAULT_PAGINATION_CLASS"] == "ibex.api.pagination.CursorPagination"
-    assert set(framework["DEFAULT_THROTTLE_RATES"]) == {"anon", "user"}
+    assert set(framework["DEFAULT_THROTTLE_RATES"]) == {"anon", "user", "orders", "keys", "heartbeat"}

@@ -58,6 +58,17 @@ def test_bids_clear_in_descending_price_and_pay_the_highest_refused_limit(market
     assert low.state == "resting" and low.reason
 
 
+def test_a_won_lease_is_queued_for_placement_at_once(market):
+    from ibex.outbox.models import OutboxMessage
+
+    won = bid(funded_tenant("high-ai"), 8, 3_000_000)
+
+    auctions.clear_markets()
+
+    lease = Order.objects.get(pk=won.pk).lease
+    assert OutboxMessage.objects.filter(task="scheduler.place_lease", args=[lease.pk]).count() == 1
+
+
 def test_without_a_refusal_the_price_is_the_highest_reserve_sold(market):
     gpu = gpus_of(market)[0]
     prices.set_prices(provider=market, scope={"gpu": gpu.pk}, price_micros=1_200_000,

@@ -141,3 +141,18 @@ def test_a_provider_lists_its_payouts_and_a_rival_sees_none(
     rival = client_for(make_org("rival-cloud", "provider")).get("/api/v1/account/payouts/")
     assert [p["amount"] for p in mine] == ["85.50"]
     assert rival.json()["results"] == []
+
+
+def test_a_payout_whose_task_was_lost_is_sent_again_once(
+        onboarded, fake_stripe, tenant, provider, settings):
+    earn(tenant, provider, "100.00")
+    payout = services.create_payout(provider=provider)  # its send_payout task never ran
+    settings.PAYOUT_RESEND_AFTER_S = 0
+
+    assert services.unsent_payouts(older_than_s=3600) == []  # not yet overdue
+    assert tasks.resend_unsent_payouts() == 1
+    assert tasks.resend_unsent_payouts() == 0  # sent: nothing left to resend
+    sent = Payout.objects.get(pk=payout.pk)
+    assert sent.stripe_transfer_id and sent.stripe_payout_id
+    assert len(fake_stripe.calls("POST", "/v1/transfers")) == 1
+    assert len(fake_stripe.calls("POST", "/v1/payouts")) == 1

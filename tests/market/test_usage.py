@@ -95,7 +95,9 @@ def test_seconds_in_a_minute_follow_the_lease_start_and_end(tenant, provider):
     assert services.seconds_in_minute(lease, MINUTE - timedelta(minutes=1)) == 0
 
 
-def test_the_beat_task_bills_the_minute_that_just_ended(monkeypatch, tenant, provider):
+def test_the_beat_task_bills_the_minutes_that_ended_making_up_missed_ones(
+        monkeypatch, settings, tenant, provider):
+    settings.METERING_CATCH_UP_MINUTES = 3
     fund(tenant, "100.00")
     seen = []
 
@@ -107,9 +109,24 @@ def test_the_beat_task_bills_the_minute_that_just_ended(monkeypatch, tenant, pro
 
     monkeypatch.setattr(services, "running_leases", leases)
 
-    assert tasks.meter_usage() == 1
-    assert seen[0].second == 0 and seen[0] < datetime.now(UTC) - timedelta(seconds=59)
-    assert UsageRecord.objects.get().seconds == 60
+    assert tasks.meter_usage() == 3
+    last = seen[-1]
+    assert last.second == 0 and last < datetime.now(UTC) - timedelta(seconds=59)
+    assert seen == [last - timedelta(minutes=2), last - timedelta(minutes=1), last]
+    assert [r.seconds for r in UsageRecord.objects.order_by("minute")] == [60, 60, 60]
+    # The next run bills the three minutes again only where they are not billed yet.
+    tasks.meter_usage()
+    assert UsageRecord.objects.filter(minute__in=seen).count() == 3
+
+
+def test_the_task_bills_one_named_minute(monkeypatch, tenant, provider):
+    fund(tenant, "100.00")
+    monkeypatch.setattr(services, "running_leases", lambda *, minute: [RunningLease(
+        ref="lease-1", payer=tenant, payee=provider, price_per_gpu_hour_micros=H100, gpus=1,
+        started_at=minute - timedelta(hours=1))])
+
+    assert tasks.meter_usage(minute=MINUTE.isoformat()) == 1
+    assert UsageRecord.objects.get().minute == MINUTE
 
 
 class WorkerDied(BaseException):

@@ -1,0 +1,24 @@
+from django.contrib import admin
+
+from ibex.audit.models import AuditEntry
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Read-only: operators read the log; nobody adds, changes or deletes an entry."""
+
+    list_display = ["at", "actor", "via", "ip", "action", "target_type", "target_id",
+                    "organization", "amount_micros"]
+    list_filter = ["action", "via"]
+    search_fields = ["actor", "action", "target_id", "organization", "ip"]
+    date_hierarchy = "at"
+    readonly_fields = [f.name for f in AuditEntry._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
