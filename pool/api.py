@@ -64,6 +64,8 @@ class DrainSerializer(StrictSerializer):
         choices=Node.DrainMode.choices, default=Node.DrainMode.RUN_TO_END,
         help_text="move: leases whose tenant allowed moves are moved off at the scheduler's next "
                   "pass; run_to_end: they finish here. Either way no new lease comes.")
+    reason = serializers.CharField(max_length=200, required=False, default="drained",
+                                   help_text="why, kept in the node's history and the audit log")
 
 
 class RegisteredNodeSerializer(NodeSerializer):
@@ -230,7 +232,8 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         form.is_valid(raise_exception=True)
         try:
             services.drain_node(node=node, actor=request.user.get_username(),
-                                mode=form.validated_data["mode"])
+                                mode=form.validated_data["mode"],
+                                reason=form.validated_data["reason"])
         except services.NodeTransitionError as exc:
             raise ApiError(str(exc), code="invalid_state", status_code=409) from None
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
