@@ -7,11 +7,12 @@ task); an unfilled `rest` order waits and is re-tried when capacity frees.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -163,8 +164,7 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) ->
 # --- on-demand matching -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FreeGpu:
+class FreeGpu(NamedTuple):
     gpu_id: int
     index: int
     price_micros: int
@@ -174,27 +174,33 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime,
                      gpu_model_of: dict[str, str] | None = None) -> dict[tuple, list[FreeGpu]]:
     """(fabric, spine, leaf, hostname) → its free priced GPUs, cheapest first: offered, of an
     accepted model, for sale over the whole range and for this many hours. `gpu_model_of`,
-    when given, is filled with each node's GPU model (hostname → model)."""
+    when given, is filled with each node's GPU model (hostname → model).
+
+    One row a node (its GPUs as arrays, sorted by the database): on 2,048 GPUs that is 256
+    rows instead of 2,048, which is most of an on-demand order's Python time."""
     window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
         Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
+    cheapest_first = ("prices__price_micros", "index")
     rows = (
         offered_gpus().exclude(node__pools__kind="private")  # private pools are not sold
         # one filter() call: every condition on `prices` must hold for the same (current) row
         .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
                   prices__min_lease_hours__lte=order.hours) & window)
         .exclude(allocations__period__overlap=(start, end))
-        .order_by()  # sorted per node below
-        .values_list("id", "index", "prices__price_micros", "node__fabric__name",
-                     "node__host__spine", "node__host__leaf", "node__hostname",
-                     "gpu_model__name")
+        .order_by()
+        .values("node_id", "node__fabric__name", "node__host__spine", "node__host__leaf",
+                "node__hostname", "gpu_model__name")
+        .annotate(ids=ArrayAgg("id", order_by=cheapest_first),
+                  indexes=ArrayAgg("index", order_by=cheapest_first),
+                  prices=ArrayAgg("prices__price_micros", order_by=cheapest_first))
+        .values_list("node__fabric__name", "node__host__spine", "node__host__leaf",
+                     "node__hostname", "gpu_model__name", "ids", "indexes", "prices")
     )
-    by_node: dict[tuple, list[FreeGpu]] = defaultdict(list)
+    by_node: dict[tuple, list[FreeGpu]] = {}
     models: dict[str, str] = {}
-    for gpu_id, index, price, fabric, spine, leaf, host, model in rows:
-        by_node[(fabric, spine, leaf, host)].append(FreeGpu(gpu_id, index, price))
+    for fabric, spine, leaf, host, model, ids, indexes, prices in rows:
+        by_node[(fabric, spine, leaf, host)] = list(map(FreeGpu, ids, indexes, prices))
         models[host] = model
-    for gpus in by_node.values():
-        gpus.sort(key=lambda g: (g.price_micros, g.index))
     if gpu_model_of is not None:
         gpu_model_of.update(models)
     return by_node
