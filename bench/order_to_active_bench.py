@@ -96,7 +96,9 @@ def main():
     tenant_key = accounts.issue_api_key(organization=tenant, scopes=["read", "trade"])
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "DEBUG": "1", "THROTTLE_USER": "1000000/min"}
+    # the throttles guard a real API; one bench tenant sending 1,000 orders a minute is the load
+    env = {**os.environ, "DEBUG": "1", "THROTTLE_USER": "1000000/min",
+           "THROTTLE_ORDERS": "1000000/min"}
     children = [
         subprocess.Popen([sys.executable, "-m", "gunicorn", "ibex.wsgi:application", "--bind",
                           f"127.0.0.1:{port}", "--workers", "3", "--log-level", "warning"],

@@ -93,12 +93,15 @@ def _change_state(order: Order, to_state: str, actor: str, reason: str) -> Order
     return order
 
 
-def _check(request: OrderRequest) -> None:
+def _check_models(request: OrderRequest) -> None:
     known = set(GpuModel.objects.filter(name__in=request.gpu_models).values_list("name",
                                                                                  flat=True))
     unknown = [m for m in request.gpu_models if m not in known]
     if unknown:
         raise OrderError(f"unknown GPU model {unknown[0]!r}", field="gpu_models")
+
+
+def _check_size(request: OrderRequest) -> None:
     per_fabric = (Gpu.objects.filter(gpu_model__name__in=request.gpu_models)
                   .exclude(node__state="retired").order_by().values("node__fabric")
                   .annotate(gpus=Count("id")).order_by("-gpus").first())
@@ -106,6 +109,11 @@ def _check(request: OrderRequest) -> None:
     if request.gpus > largest:
         raise OrderError(f"no fabric has {request.gpus} GPUs of these models "
                          f"(the largest has {largest})", field="gpus")
+
+
+def _check(request: OrderRequest) -> None:
+    _check_models(request)
+    _check_size(request)
 
 
 def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> Order:
@@ -121,15 +129,27 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
             tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
             tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
             priority=request.priority)
-    else:
+    elif request.tier != Lease.Tier.ON_DEMAND:
         _check(request)
+    else:
+        _check_models(request)
+    # An on-demand order's size is checked only when it is not filled (a filled one fitted in
+    # a fabric); the check's error then rolls it all back, so the client sees the same 400
+    # and nothing is recorded. An aggregate over every GPU less an order.
+    check_unless_filled = target is None and request.tier == Lease.Tier.ON_DEMAND
     try:
         with transaction.atomic():
-            order = _create_and_hold(tenant, request, actor)
+            try:
+                order = _create_and_hold(tenant, request, actor)
+            except OrderError:
+                if check_unless_filled:
+                    _check_size(request)  # bad input is named before a money refusal
+                raise
             if target is not None:
                 pool_orders.queue_order(order=order, target=target, actor=actor)
             elif order.tier == Lease.Tier.ON_DEMAND:
-                match_on_demand(order=order, actor=actor)
+                if match_on_demand(order=order, actor=actor).state != OS.FILLED:
+                    _check_size(request)
             else:
                 _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
     except IntegrityError:
