@@ -78,6 +78,9 @@ def main():
     settings.NODE_HEARTBEAT_INTERVAL_S = args.interval  # the nodes registered here
     call_command("migrate", verbosity=0)
     pool.ensure_gpu_catalogue()
+    # An earlier run's nodes stay in the database with their agents gone; mark them silent, as
+    # the beat would (else this run's orders are placed on nodes that never acknowledge).
+    pool.mark_unreachable_nodes()
     stamp = int(time.time())
     provider = accounts.create_organization(slug=f"bench-o2a-{stamp}", roles=("provider",))
     accounts.change_provider_state(organization=provider, to_state="verified", actor="bench",
