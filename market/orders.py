@@ -8,9 +8,9 @@ task); an unfilled `rest` order waits and is re-tried when capacity frees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import NamedTuple
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import IntegrityError, transaction
@@ -21,7 +21,7 @@ from ibex.accounts.models import Organization
 from ibex.outbox import services as outbox
 from market import clearing, leasing, pool_orders
 from market import services as money
-from market.models import Allocation, Hold, Lease, Order, OrderEvent
+from market.models import Hold, Lease, Order, OrderEvent
 from market.money import divide_rounded
 from market.placement_port import make_placer
 from pool.models import Gpu, GpuModel
@@ -137,7 +137,6 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     # a fabric); the check's error then rolls it all back, so the client sees the same 400
     # and nothing is recorded. An aggregate over every GPU less an order.
     check_unless_filled = target is None and request.tier == Lease.Tier.ON_DEMAND
-    snapshot = FreeSnapshot.read(request) if check_unless_filled else None
     try:
         with transaction.atomic():
             try:
@@ -149,8 +148,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
             if target is not None:
                 pool_orders.queue_order(order=order, target=target, actor=actor)
             elif order.tier == Lease.Tier.ON_DEMAND:
-                if match_on_demand(order=order, actor=actor,
-                                   snapshot=snapshot).state != OS.FILLED:
+                if match_on_demand(order=order, actor=actor).state != OS.FILLED:
                     _check_size(request)
             else:
                 _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
@@ -192,7 +190,7 @@ class FreeGpu(NamedTuple):
     price_micros: int
 
 
-def free_priced_gpus(order: Order | OrderRequest, start: datetime, end: datetime,
+def free_priced_gpus(order: Order, start: datetime, end: datetime,
                      gpu_model_of: dict[str, str] | None = None) -> dict[tuple, list[FreeGpu]]:
     """(fabric, spine, leaf, hostname) → its free priced GPUs, cheapest first: offered, of an
     accepted model, for sale over the whole range and for this many hours. `gpu_model_of`,
@@ -226,44 +224,6 @@ def free_priced_gpus(order: Order | OrderRequest, start: datetime, end: datetime
     if gpu_model_of is not None:
         gpu_model_of.update(models)
     return by_node
-
-
-@dataclass(frozen=True)
-class FreeSnapshot:
-    """The free GPUs for an order, read before its transaction takes the tenant's lock, and
-    the last allocation made before the read. Under the lock, the allocations made since are
-    taken off it (one indexed query) instead of reading every free GPU again: the slow read
-    then runs outside the section that one tenant's orders go through one at a time."""
-
-    start: datetime
-    by_node: dict[tuple, list[FreeGpu]]
-    models: dict[str, str]
-    last_allocation: int
-
-    @classmethod
-    def read(cls, request: OrderRequest) -> FreeSnapshot:
-        start = timezone.now()
-        last = Allocation.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-        models: dict[str, str] = {}
-        by_node = free_priced_gpus(request, start, start + timedelta(hours=request.hours),
-                                   gpu_model_of=models)
-        return cls(start, by_node, models, last)
-
-    def up_to_date(self, end: datetime) -> tuple[dict, dict]:
-        """The free GPUs less those allocated since the read. An allocation that was not yet
-        committed at the read and carries an older id is missed: the exclusion constraint
-        then refuses the lease and the order looks again (`match_on_demand`)."""
-        taken = set(Allocation.objects.filter(pk__gt=self.last_allocation,
-                                              period__overlap=(self.start, end))
-                    .values_list("gpu_id", flat=True))
-        if not taken:
-            return self.by_node, self.models
-        by_node = {}
-        for key, gpus in self.by_node.items():
-            kept = [g for g in gpus if g.gpu_id not in taken]
-            if kept:
-                by_node[key] = kept
-        return by_node, self.models
 
 
 def bid_for(order: Order) -> clearing.Bid:
@@ -320,16 +280,11 @@ class FoundGpus:
         return min(divide_rounded(sum(prices), len(prices)), limit_micros)
 
 
-def find_gpus(order: Order, start: datetime, end: datetime,
-              known: tuple[dict, dict] | None = None) -> FoundGpus | str:
-    """Run the placement engine for `order` on the GPUs free over [start, end) now (or on
-    `known`: free GPUs by node and each node's model, read earlier): the cheapest set that
-    satisfies its models, topology and price limit, or why there is none."""
-    if known is None:
-        models: dict[str, str] = {}
-        by_node = free_priced_gpus(order, start, end, gpu_model_of=models)
-    else:
-        by_node, models = known
+def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
+    """Run the placement engine for `order` on the GPUs free over [start, end) now: the
+    cheapest set that satisfies its models, topology and price limit, or why there is none."""
+    models: dict[str, str] = {}
+    by_node = free_priced_gpus(order, start, end, gpu_model_of=models)
     result = clearing.match_on_demand(LEVELS, offers_from(by_node, models),
                                       [bid_for(order)], make_placer())
     if result.refused:
@@ -338,24 +293,14 @@ def find_gpus(order: Order, start: datetime, end: datetime,
     return FoundGpus(chosen=chosen, gpu_model=models[chosen[0][0][3]])
 
 
-def match_on_demand(*, order: Order, actor: str, snapshot: FreeSnapshot | None = None) -> Order:
-    """Fill the order now at posted prices, or refuse it / let it rest, saying why.
-    With a `snapshot`, the first try places on it (brought up to date); a refusal is only
-    ever said on a fresh read."""
-    for attempt in range(PLACEMENT_RETRIES):
-        found: FoundGpus | str | None = None
-        if snapshot is not None and attempt == 0:
-            start = snapshot.start
-            end = start + timedelta(hours=order.hours)
-            found = find_gpus(order, start, end, known=snapshot.up_to_date(end))
-            if isinstance(found, str):
-                found = None  # GPUs may have freed since the read: look again
-        if found is None:
-            start = timezone.now()
-            end = start + timedelta(hours=order.hours)
-            found = find_gpus(order, start, end)
-            if isinstance(found, str):
-                return _not_filled(order, found, actor)
+def match_on_demand(*, order: Order, actor: str) -> Order:
+    """Fill the order now at posted prices, or refuse it / let it rest, saying why."""
+    for _attempt in range(PLACEMENT_RETRIES):
+        start = timezone.now()
+        end = start + timedelta(hours=order.hours)
+        found = find_gpus(order, start, end)
+        if isinstance(found, str):
+            return _not_filled(order, found, actor)
         try:
             lease = _lease_for(order, found, start, end, actor)
         except leasing.GpusUnavailable:
