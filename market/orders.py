@@ -8,9 +8,9 @@ task); an unfilled `rest` order waits and is re-tried when capacity frees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import IntegrityError, transaction
