@@ -78,6 +78,9 @@ def main():
     settings.NODE_HEARTBEAT_INTERVAL_S = args.interval  # the nodes registered here
     call_command("migrate", verbosity=0)
     pool.ensure_gpu_catalogue()
+    # An earlier run's nodes stay in the database with their agents gone; mark them silent, as
+    # the beat would (else this run's orders are placed on nodes that never acknowledge).
+    pool.mark_unreachable_nodes()
     stamp = int(time.time())
     provider = accounts.create_organization(slug=f"bench-o2a-{stamp}", roles=("provider",))
     accounts.change_provider_state(organization=provider, to_state="verified", actor="bench",
@@ -96,7 +99,9 @@ def main():
     tenant_key = accounts.issue_api_key(organization=tenant, scopes=["read", "trade"])
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "DEBUG": "1", "THROTTLE_USER": "1000000/min"}
+    # the throttles guard a real API; one bench tenant sending 1,000 orders a minute is the load
+    env = {**os.environ, "DEBUG": "1", "THROTTLE_USER": "1000000/min",
+           "THROTTLE_ORDERS": "1000000/min"}
     children = [
         subprocess.Popen([sys.executable, "-m", "gunicorn", "ibex.wsgi:application", "--bind",
                           f"127.0.0.1:{port}", "--workers", "3", "--log-level", "warning"],

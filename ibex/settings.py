@@ -186,7 +186,8 @@ REST_FRAMEWORK = {
         "user": os.environ.get("THROTTLE_USER", "3000/min"),
         "orders": os.environ.get("THROTTLE_ORDERS", "300/min"),  # per organisation
         "keys": os.environ.get("THROTTLE_KEYS", "30/hour"),  # key creation, per organisation
-        "heartbeat": os.environ.get("THROTTLE_HEARTBEAT", "30/min"),  # per node
+        # per node; a node beats every second while a lease starts on it (BINDING_ACK_INTERVAL_S)
+        "heartbeat": os.environ.get("THROTTLE_HEARTBEAT", "120/min"),
     },
 }
 

@@ -116,6 +116,27 @@ def test_an_order_that_would_overdraw_is_refused_and_holds_nothing(provider):
     assert Order.objects.count() == 0 and Hold.objects.count() == 0
 
 
+def test_an_order_larger_than_any_fabric_names_gpus_even_when_it_would_also_overdraw(provider):
+    poor = make_org("poor-ai", "tenant")
+    money.grant_credit(organization=poor, amount_micros=10_000_000, reason="test", actor="test")
+
+    response = order(client_for(poor), gpus=33)
+
+    assert response.status_code == 400, response.json()
+    assert "no fabric has 33 GPUs" in str(response.json()["error"]["fields"]["gpus"])
+    assert Order.objects.count() == 0 and Hold.objects.count() == 0
+
+
+def test_a_filled_on_demand_order_takes_a_bounded_number_of_queries(
+        provider, tenant_client, django_assert_max_num_queries):
+    order(tenant_client, gpus=1)  # the first request warms per-process state (API key, etc.)
+
+    with django_assert_max_num_queries(32):  # one read of the free GPUs, no size aggregate
+        response = order(tenant_client, gpus=1)
+
+    assert response.json()["state"] == "filled"
+
+
 @pytest.mark.parametrize("changes, field", [
     ({"gpu_models": ["GTX-1080"]}, "gpu_models"),
     ({"gpus": 0}, "gpus"),
