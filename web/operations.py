@@ -205,8 +205,11 @@ class QueueDepth:
 
 
 def queue_names() -> list[str]:
-    """The queue tasks are sent to (CELERY_QUEUE), and Celery's own default."""
-    names = [celery_app.conf.task_default_queue]
+    """The queue tasks are sent to (CELERY_QUEUE), its placement partitions (one per group of
+    fabrics), and Celery's own default."""
+    from scheduler.routing import worker_queues
+
+    names = worker_queues(celery_app.conf.task_default_queue)
     return names if "celery" in names else [*names, "celery"]
 
 

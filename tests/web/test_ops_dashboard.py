@@ -95,18 +95,24 @@ def test_it_shows_auctions_and_sla_credits(operator_web, tenant, provider):
 
 
 def test_the_health_card_reports_queue_depth_and_refreshes(operator_web):
+    import uuid
+
     from ibex.celery import app as celery_app
 
+    # a queue of its own: no worker of the session may take these three fake messages
+    queue = f"ops-{uuid.uuid4().hex[:8]}"
+    previous, celery_app.conf.task_default_queue = celery_app.conf.task_default_queue, queue
     client = celery_app.connection_for_write().default_channel.client
-    queue = celery_app.conf.task_default_queue
-    client.delete(queue)
     client.rpush(queue, b"a", b"b", b"c")
+    client.rpush(f"{queue}.place-0", b"d")
     try:
         card = operator_web.get("/ops/health/").content.decode()
     finally:
-        client.delete(queue)
+        celery_app.conf.task_default_queue = previous
+        client.delete(queue, f"{queue}.place-0")
 
     assert f'data-queue="{queue}">3 waiting</dd>' in card
+    assert f'data-queue="{queue}.place-0">1 waiting</dd>' in card
     assert 'hx-trigger="every 10s"' in card
 
 
