@@ -156,6 +156,7 @@ IBEX_RATE_LIMITS = {
     "login": os.environ.get("RATE_LIMIT_LOGIN", "10/5m"),
     "login-address": os.environ.get("RATE_LIMIT_LOGIN_ADDRESS", "50/5m"),
     "keys": os.environ.get("THROTTLE_KEYS", "30/hour"),
+    "orders": os.environ.get("THROTTLE_ORDERS", "300/min"),  # the web order form's own count
 }
 
 # --- web marketplace (web/) ---------------------------------------------------------------

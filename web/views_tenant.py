@@ -80,6 +80,13 @@ def _place(request, form: OrderForm):
 @tenant_required
 def dashboard(request):
     org = request.organization
+    if request.method == "POST" and not ratelimit.allowed("orders", f"org-{org.pk}"):
+        form = OrderForm(request.POST)
+        form.errors.clear()
+        form.add_error(None, "Too many orders in the last minute. Wait a moment and try again.")
+        return render(request, "web/dashboard.html", {
+            "org": org, "form": form, "last_order": None, **_activity(org, request.GET)},
+            status=429)
     if request.method == "POST":
         form = OrderForm(request.POST)
         if form.is_valid():

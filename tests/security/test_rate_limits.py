@@ -121,3 +121,21 @@ def test_failed_log_ins_past_the_limit_are_a_429_even_with_the_right_password(ra
     get_user_model().objects.create_user(other, password="correct horse battery")
     assert Client().post("/login/", {"username": other, "password": "correct horse battery"}
                          ).status_code == 302
+
+
+def test_an_order_placed_on_the_web_after_the_limit_is_a_429_and_is_not_placed(rates, db):
+    rates(orders="2/min")
+    provider_with_nodes(nodes=2)
+    user = get_user_model().objects.create_user("bob", password="correct horse battery")
+    tenant = accounts.create_organization(slug="acme-ai", roles=("tenant",), owner=user)
+    fund(tenant, "1000")
+    browser = Client()
+    browser.force_login(user)
+    form = {"gpu_model": "H100-80GB", "gpus": "1", "hours": "1", "tier": "spot", "fill": "rest",
+            "max_price": "1.00", "level": "node", "strict": "required"}
+
+    answers = [browser.post("/app/", {**form, "idempotency_key": f"k-{n}"}).status_code
+               for n in range(3)]
+
+    assert answers == [302, 302, 429]
+    assert Order.objects.filter(tenant=tenant).count() == 2
