@@ -488,6 +488,11 @@ class QuotaNodeCreateSerializer(StrictSerializer):
     quotas = QuotaInputSerializer(many=True, required=False, default=list, max_length=64)
 
 
+class PoolQuerySerializer(serializers.Serializer):
+    pool = serializers.CharField(max_length=100, error_messages={
+        "blank": "Name the pool: ?pool=NAME."})
+
+
 class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """A pool's quota tree: nodes, their quotas, parent and cohort. Operators define them."""
 
@@ -510,10 +515,9 @@ class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
                    responses=QuotaNodeSerializer(many=True),
                    summary="A pool's quota nodes with their quotas")
     def list(self, request):
-        name = request.query_params.get("pool")
-        if not name:
-            raise serializers.ValidationError({"pool": ["Name the pool: ?pool=NAME."]})
-        pool = self._pool(name)
+        query = PoolQuerySerializer(data={"pool": request.query_params.get("pool", "")})
+        query.is_valid(raise_exception=True)  # e.g. a NUL byte PostgreSQL would refuse: a 400
+        pool = self._pool(query.validated_data["pool"])
         try:
             return Response(quotas.quota_view(pool, organization_of(request)))
         except core.QuotaError as exc:  # rows changed outside the services (the admin)

@@ -118,6 +118,15 @@ def test_a_tenant_sees_only_the_pools_that_name_it(university_tree, university, 
     assert len(university_client.get("/api/v1/quotas/?pool=campus").json()) == 4
 
 
+@pytest.mark.parametrize("query", ["", "?pool=", "?pool=cam%00pus"])
+def test_a_quota_listing_without_a_usable_pool_name_is_a_400_naming_pool(operator_client,
+                                                                        campus_pool, query):
+    response = operator_client.get(f"/api/v1/quotas/{query}")
+
+    assert response.status_code == 400
+    assert "pool" in response.json()["error"]["fields"]
+
+
 def test_only_operators_define_quotas(campus_pool, university):
     answer = define(client_for(university), name="physics",
                     quotas=[{"gpu_model": H100, "nominal": 8}])
