@@ -4,7 +4,7 @@ from django.http import Http404
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from market.api_trading import market_summary
+from market.api_trading import market_summaries, market_summary
 from market.models import Clearing
 from market.money import to_micros
 from pool.models import GpuModel
@@ -15,8 +15,8 @@ HISTORY_ROWS = 200
 
 def _cards() -> list[dict]:
     cards = []
-    for model in GpuModel.objects.order_by("name"):
-        summary = market_summary(model.name)
+    models = list(GpuModel.objects.order_by("name"))
+    for model, summary in zip(models, market_summaries([m.name for m in models]), strict=True):
         offered, free = summary["offered_gpus"], summary["free_gpus"]
         cards.append({
             **summary, "model": model,

@@ -197,10 +197,25 @@ def test_the_markets_api_publishes_prices_and_clearings(market, api_client):
 
     h100 = listing["H100-80GB"]
     assert h100["offered_gpus"] == 32
+    assert h100["free_gpus"] == 16  # the winner's 16 are allocated from the clearing on
+    assert listing["A100-80GB"] == {"gpu_model": "A100-80GB", "offered_gpus": 0, "free_gpus": 0,
+                                    "on_demand_min": None, "on_demand_max": None,
+                                    "last_clearing": None}
     assert h100["on_demand_min"] == h100["on_demand_max"] == "1.00"
     assert h100["last_clearing"]["gpus_sold"] == 16
     assert history[0]["price_per_gpu_hour"] == "1.00"
     assert api_client.get("/api/v1/markets/GTX-1080/history/").status_code == 404
+
+
+def test_the_markets_api_answers_in_a_few_queries_whatever_the_number_of_markets(
+        market, api_client, django_assert_max_num_queries):
+    bid(funded_tenant("high-ai"), 16, 3_000_000)
+    auctions.clear_markets()
+
+    with django_assert_max_num_queries(6):
+        listing = api_client.get("/api/v1/markets/").json()
+
+    assert len(listing) >= 6
 
 
 def test_tenants_order_spot_through_the_api_and_see_it_rest_until_the_clearing(market):
