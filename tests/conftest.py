@@ -52,14 +52,12 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker):
+def celery_worker_session(django_db_setup, django_db_blocker):
     """A real `celery worker` process on a queue of its own (and that queue's placement
-    partitions), against the test database."""
+    partitions), against the test database; started once, used through `celery_worker_process`."""
     queue = f"test-{uuid.uuid4().hex[:8]}"
     with django_db_blocker.unblock():
         env = child_env(CELERY_QUEUE=queue)
-    previous_queue = celery_app.conf.task_default_queue
-    celery_app.conf.task_default_queue = queue
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "ibex", "worker", "--pool", "solo",
          "--queues", ",".join(worker_queues(queue)), "--hostname", f"{queue}@%h",
@@ -72,9 +70,20 @@ def celery_worker_process(django_db_setup, django_db_blocker):
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             raise RuntimeError(f"the Celery worker did not start (status {process.poll()})")
-    yield process
+    yield process, queue
     process.terminate()
     process.wait(timeout=30)
+
+
+@pytest.fixture
+def celery_worker_process(celery_worker_session):
+    """The session's worker, with this test's tasks routed to it. Only tests that ask for it
+    send it work: another test's outbox message must not run in the worker while that test
+    (or its teardown's flush) still holds the rows."""
+    process, queue = celery_worker_session
+    previous_queue = celery_app.conf.task_default_queue
+    celery_app.conf.task_default_queue = queue
+    yield process
     celery_app.conf.task_default_queue = previous_queue
 
 
