@@ -18,3 +18,32 @@ def analyze_after_bulk_load(*models, rows: int) -> None:
     with connection.cursor() as cursor:
         for model in models:
             cursor.execute(f'ANALYZE "{model._meta.db_table}"')
+
+
+DEADLOCK_RETRIES = 3
+
+
+def retry_on_deadlock(function):
+    """Run a service's transaction again when PostgreSQL chose it as a deadlock's victim (or
+    refused it as a serialization failure): it was rolled back whole, so running it again is
+    safe, and a client should not get a 500 for two orders crossing. Only the outermost
+    transaction is retried; inside another one the error goes up to it."""
+    import functools
+    import random
+    import time
+
+    from django.db import OperationalError
+    from psycopg import errors
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        for attempt in range(DEADLOCK_RETRIES + 1):
+            try:
+                return function(*args, **kwargs)
+            except OperationalError as exc:
+                conflict = isinstance(exc.__cause__, errors.DeadlockDetected
+                                      | errors.SerializationFailure)
+                if not conflict or connection.in_atomic_block or attempt == DEADLOCK_RETRIES:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))  # noqa: S311
+    return run

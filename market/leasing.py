@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
+from ibex.db import retry_on_deadlock
 from market.models import Allocation, Lease, LeaseEvent, Order
 from pool import services as pool
 from pool.models import Node
@@ -144,6 +145,7 @@ def complete_ended_leases(*, now: datetime | None = None) -> list[int]:
     return completed
 
 
+@retry_on_deadlock
 @transaction.atomic
 def terminate_lease(*, lease: Lease, actor: str, reason: str = "terminated by the tenant") -> Lease:
     lease = change_lease_state(lease=lease, to_state=S.TERMINATED, actor=actor, reason=reason)

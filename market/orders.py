@@ -18,6 +18,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
+from ibex.db import retry_on_deadlock
 from ibex.outbox import services as outbox
 from market import clearing, leasing, pool_orders
 from market import services as money
@@ -117,6 +118,7 @@ def _check(request: OrderRequest) -> None:
     _check_size(request)
 
 
+@retry_on_deadlock
 def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> Order:
     """Take an order: idempotent per Idempotency-Key; holds its maximum cost or refuses it."""
     if request.idempotency_key:
