@@ -1,6 +1,11 @@
 """Database helpers shared by every app."""
 
-from django.db import connection
+import functools
+import random
+import time
+
+from django.db import OperationalError, connection
+from psycopg import errors
 
 BULK_ANALYZE_THRESHOLD = 200
 
@@ -28,13 +33,6 @@ def retry_on_deadlock(function):
     refused it as a serialization failure): it was rolled back whole, so running it again is
     safe, and a client should not get a 500 for two orders crossing. Only the outermost
     transaction is retried; inside another one the error goes up to it."""
-    import functools
-    import random
-    import time
-
-    from django.db import OperationalError
-    from psycopg import errors
-
     @functools.wraps(function)
     def run(*args, **kwargs):
         for attempt in range(DEADLOCK_RETRIES + 1):
