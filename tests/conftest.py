@@ -18,9 +18,36 @@ from rest_framework.test import APIClient
 
 from ibex.celery import app as celery_app
 from scheduler.routing import worker_queues
+from tests.clock import CLOCK_ENV, start_shifted_clock
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 WORKER_START_TIMEOUT_S = 60
+
+
+def pytest_addoption(parser):
+    parser.addoption("--clock", default=os.environ.get(CLOCK_ENV, ""), metavar="INSTANT",
+                     help=f"run the whole suite from this instant, e.g. 2027-12-31T23:57:00Z "
+                          f"(or {CLOCK_ENV}; tests/clock.py)")
+
+
+def pytest_configure(config):
+    instant = config.getoption("--clock")
+    if instant:
+        config.stash[_CLOCK] = start_shifted_clock(instant)
+
+
+def pytest_unconfigure(config):
+    traveller = config.stash.get(_CLOCK, None)
+    if traveller is not None:
+        traveller.stop()
+
+
+def pytest_report_header(config):
+    instant = config.getoption("--clock")
+    return f"clock: shifted, the run starts at {instant}" if instant else "clock: real"
+
+
+_CLOCK = pytest.StashKey()
 
 
 @pytest.fixture(autouse=True, scope="session")

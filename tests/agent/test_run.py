@@ -17,6 +17,7 @@ from agent.heartbeat import GpuSample, retry_delay
 from agent.node import NodeAgent
 from agent.state import NodeState, load_state, save_state
 from tests.agent.fake_ibex import FakeIbex
+from tests.clock import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -147,7 +148,7 @@ def test_sigterm_stops_run_cleanly(ibex, registered):
     process = subprocess.Popen(
         [sys.executable, "-m", "agent", "run", "--state", str(path), "--interval", "0.05"],
         cwd=REPO, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": python_path(str(REPO))},
     )
     deadline = time.monotonic() + 10
     while not node.heartbeats and time.monotonic() < deadline:

@@ -16,6 +16,7 @@ from agent.cli import main
 from agent.fleet import Fleet, FleetOptions
 from agent.hostlist import expand_hostlist
 from tests.agent.fake_ibex import PROVIDER_KEY, FakeIbex
+from tests.clock import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -204,7 +205,7 @@ def test_simulate_reloads_the_control_file_on_sigusr1_and_stops_on_sigterm(ibex,
         [sys.executable, "-m", "agent", "simulate", "--api", ibex.url, "--key", PROVIDER_KEY,
          "--fabric", "fab1", "--hosts", "gpu[01-02]", "--gpu-model", "H100-80GB",
          "--interval", "0.05", "--control", str(control)],
-        cwd=REPO, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": python_path(str(REPO))},
     )
 
     wait_for(lambda: len(ibex.nodes) == 2 and all(n.heartbeats for n in ibex.nodes.values()))

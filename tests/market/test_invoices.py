@@ -1,9 +1,17 @@
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from market import services
 from tests.factories import client_for, fund
 
 NOVEMBER = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def in_late_november(time_machine):
+    """Funds, credits and usage all happen in November 2026, whatever the real date."""
+    time_machine.move_to(datetime(2026, 11, 20, 12, 0, tzinfo=UTC), tick=False)
 
 
 def run_lease(tenant, provider, lease_ref, minutes, gpus=8, price=2_400_000, start=NOVEMBER):

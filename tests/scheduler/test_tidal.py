@@ -46,8 +46,10 @@ def test_the_step_due_last_is_the_one_applied():
                                                                        tzinfo=UTC)
 
 
-def test_a_tidal_switch_gives_notice_to_exactly_what_must_give_way(shop, company):
-    night = datetime.now(UTC).replace(hour=21, minute=0) - timedelta(days=1)
+def test_a_tidal_switch_gives_notice_to_exactly_what_must_give_way(shop, company,
+                                                                   time_machine):
+    night = datetime(2026, 3, 1, 21, 0, tzinfo=UTC)
+    time_machine.move_to(night, tick=False)  # the leases start at night too
     tidal.apply_due_steps(now=night)  # night split: training 24
     training = run(company, shop, 8, 8, 8, queue_name="training")
     serving = order(company, shop, 16, queue_name="inference")
@@ -56,6 +58,7 @@ def test_a_tidal_switch_gives_notice_to_exactly_what_must_give_way(shop, company
     assert serving.state == "queued"  # inference holds 8 at night
 
     morning = night + timedelta(hours=11)  # 08:00 passed: the day step is due
+    time_machine.move_to(morning, tick=False)
     runs = tidal.apply_due_steps(now=morning)
     again = tidal.apply_due_steps(now=morning + timedelta(seconds=30))
 
@@ -66,6 +69,7 @@ def test_a_tidal_switch_gives_notice_to_exactly_what_must_give_way(shop, company
     assert states(training) == ["active", "preempting", "preempting"]
     assert day.in_force_at is None
     ended = morning + timedelta(seconds=settings.PREEMPTION_NOTICE_S + 1)
+    time_machine.move_to(ended, tick=False)
     auctions.end_preempted_leases(now=ended)
     admit(shop, now=ended)
     serving.refresh_from_db()
