@@ -1,12 +1,12 @@
 from celery import shared_task
 from django.conf import settings
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 
 from scheduler import services
 
 
 @shared_task(name="scheduler.place_lease", bind=True, acks_late=True, reject_on_worker_lost=True,
-             autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60,
+             autoretry_for=(OperationalError, InterfaceError), retry_backoff=True, retry_backoff_max=60,
              max_retries=8)
 def place_lease(self, lease_id: int) -> str:
     # Idempotent (a lease placed twice is placed once), one transaction, acknowledged late: a

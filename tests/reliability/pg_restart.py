@@ -66,6 +66,12 @@ def main(argv=None) -> int:
         worker.start()
         figures = _load(args, postgres)
         figures.update(_wait_and_check(figures))
+    except BaseException:
+        log = root / "worker.log"
+        if log.exists():  # what the worker saw is the first thing to read on a failure
+            print("--- worker.log (last 8000 characters)", file=sys.stderr)
+            print(log.read_text(errors="replace")[-8000:], file=sys.stderr)
+        raise
     finally:
         if worker is not None:
             worker.stop()
@@ -170,7 +176,8 @@ def _wait_and_check(figures: dict) -> dict:
 
     deadline = time.monotonic() + 120
     while Lease.objects.filter(order__in=ids, state="pending").exists():
-        assert time.monotonic() < deadline, "leases were not placed after the restart"
+        assert time.monotonic() < deadline, (
+            f"leases were not placed after the restart: {_pending_leases(ids)}")
         app.send_task("ibex.relay_outbox")  # the beat's part (every 10 s in production)
         time.sleep(2)
     orders = Order.objects.filter(pk__in=ids)
@@ -194,6 +201,19 @@ def _wait_and_check(figures: dict) -> dict:
         "overlapping_allocations": overlapping,
         "ledger_total_micros": ledger.total_of_all_accounts(),
     }
+
+
+def _pending_leases(order_ids: list[int]) -> list[dict]:
+    from ibex.outbox.models import OutboxMessage
+    from market.models import Lease
+
+    pending = []
+    for lease in Lease.objects.filter(order__in=order_ids, state="pending")[:10]:
+        messages = OutboxMessage.objects.filter(task="scheduler.place_lease", args=[lease.pk])
+        pending.append({"lease": lease.pk, "created_at": lease.created_at.isoformat(),
+                        "outbox": [(m.sent_at is not None, m.attempts, m.last_error[:100])
+                                   for m in messages]})
+    return pending
 
 
 def _orphan_holds() -> int:

@@ -170,6 +170,30 @@ def test_a_placement_is_routed_to_its_fabrics_partition_queue(db, settings):
     assert routing.worker_queues("ibex", 2) == ["ibex", "ibex.place-0", "ibex.place-1"]
 
 
+def test_a_placement_retry_keeps_its_queue_without_asking_the_database(
+        db, settings, django_assert_num_queries):
+    settings.PLACEMENT_PARTITIONS = 4
+    retry_options = {"exchange": "ibex.place-2", "routing_key": "ibex.place-2"}
+
+    with django_assert_num_queries(0):
+        assert routing.route_task("scheduler.place_lease", [123], {}, retry_options) is None
+
+
+def test_a_placement_whose_fabric_cannot_be_read_goes_to_partition_zero(settings, monkeypatch):
+    from django.db import OperationalError
+
+    settings.PLACEMENT_PARTITIONS = 4
+
+    def database_away(lease_id):
+        raise OperationalError("the database system is shutting down")
+
+    monkeypatch.setattr(routing, "fabric_of_lease", database_away)
+
+    route = routing.route_task("scheduler.place_lease", [123], {}, {})
+
+    assert route == {"queue": f"{routing.current_app.conf.task_default_queue}.place-0"}
+
+
 def test_a_worker_started_without_queues_consumes_every_placement_partition(settings):
     # what the demo's and docker-compose's workers do (no -Q)
     consumed = [q.name for q in settings.CELERY_TASK_QUEUES]
