@@ -187,6 +187,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             raise ApiError(str(exc), code="invalid_state", status_code=409) from None
         except leasing.GpusUnavailable as exc:
             raise ApiError(str(exc), code="gpus_unavailable", status_code=409) from None
+        except leasing.ExtensionRefused as exc:  # as a new order of that cost is refused
+            raise ApiError(exc.message, code=exc.code, status_code=409) from None
         return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
 
 

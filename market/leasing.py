@@ -154,29 +154,65 @@ def terminate_lease(*, lease: Lease, actor: str, reason: str = "terminated by th
     return lease
 
 
+class ExtensionRefused(Exception):
+    """The tenant cannot pay for the longer lease: `code` as for a refused order."""
+
+    def __init__(self, message: str, *, code: str):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
 @transaction.atomic
 def extend_lease(*, lease: Lease, hours: int, actor: str) -> Lease:
-    """Push the end later when every GPU stays free; the exclusion constraint decides."""
+    """Push the end later when every GPU stays free and the tenant can pay for the extra hours.
+
+    The extra cost (each GPU's price for the added hours) is held on the order exactly as an
+    order's maximum cost is, or the extension is refused as an order would be
+    (ExtensionRefused, `insufficient_funds` or `spend_limit_exceeded`), changing nothing. The
+    exclusion constraint decides whether the GPUs stay free.
+    """
+    from market import services as money
+
+    order_id = Order.objects.filter(lease_id=lease.pk).values_list("pk", flat=True).first()
+    if order_id is not None:  # lock order: the tenant's accounts, then the lease
+        money.lock_tenant_balances(tenant=lease.tenant)
     locked = Lease.objects.select_for_update().get(pk=lease.pk)
     if locked.state in ENDED:
         raise LeaseTransitionError(f"a {locked.state} lease cannot be extended")
     new_end = locked.ends_at + timedelta(hours=hours)
+    extra = extension_cost_micros(locked, hours)
     try:
         with transaction.atomic():
-            for allocation in Allocation.objects.filter(lease=locked):
+            for allocation in Allocation.objects.filter(lease=locked,
+                                                        period__endswith=locked.ends_at):
                 allocation.period = DateTimeTZRange(allocation.period.lower, new_end)
                 allocation.save(update_fields=["period"])
     except IntegrityError as exc:
         if "no_gpu_in_two_overlapping_allocations" not in str(exc):
             raise
         raise GpusUnavailable("another lease holds one of these GPUs after this one ends") from None
+    if order_id is not None and locked.quota_node_id is None and extra > 0:
+        try:
+            money.add_to_hold(tenant=locked.tenant, order_ref=f"order-{order_id}",
+                              amount_micros=extra, actor=actor,
+                              reason=f"lease {locked.pk} extended by {hours} h")
+        except money.MoneyError as exc:
+            raise ExtensionRefused(exc.message, code=exc.code) from None
     LeaseEvent.objects.create(lease=locked, kind="extended", actor=actor,
                               reason=f"extended by {hours} h to {new_end:%Y-%m-%d %H:%M}")
     locked.ends_at = new_end
     locked.save(update_fields=["ends_at"])
     record_audit(action="lease.extend", target=locked, actor=actor, organization=locked.tenant,
+                 amount_micros=extra,
                  details={"hours": hours, "ends_at": new_end.isoformat()})
     return locked
+
+
+def extension_cost_micros(lease: Lease, hours: int) -> int:
+    """What `hours` more cost at the prices of the GPUs the lease holds at its end."""
+    prices = Allocation.objects.filter(lease=lease, period__endswith=lease.ends_at).values_list(
+        "price_micros", flat=True)
+    return hours * sum(prices)
 
 
 @transaction.atomic

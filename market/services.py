@@ -219,6 +219,39 @@ def hold_for_order(*, tenant: Organization, order_ref: str, amount_micros: int,
     return hold
 
 
+def lock_tenant_balances(*, tenant: Organization) -> None:
+    """Take the tenant's balance locks (available, then held): the first locks of any action
+    that may hold money (STYLE.md: account → order → lease → node → GPUs)."""
+    ledger.lock([ledger.account(tenant, Kind.TENANT_AVAILABLE),
+                 ledger.account(tenant, Kind.TENANT_HELD)])
+
+
+@transaction.atomic
+def add_to_hold(*, tenant: Organization, order_ref: str, amount_micros: int,
+                actor: str = "system", reason: str = "") -> Hold:
+    """Hold more for an order whose commitment grew (its lease extended), or refuse it exactly
+    as a new order is refused (`insufficient_funds`, `spend_limit_exceeded`), holding nothing."""
+    if amount_micros <= 0:
+        raise MoneyError("an extra hold must be positive", field="amount")
+    available = ledger.account(tenant, Kind.TENANT_AVAILABLE)
+    held = ledger.account(tenant, Kind.TENANT_HELD)
+    ledger.lock([available, held])  # the same lock, in the same order, as every other hold
+    hold = Hold.objects.select_for_update().filter(
+        order_ref=order_ref, tenant=tenant, state=Hold.State.OPEN).first()
+    if hold is None:
+        raise MoneyError(f"order {order_ref} has no open hold to add to", code="invalid_state")
+    _check_spend_limits(tenant, amount_micros, timezone.now())
+    try:
+        ledger.move(from_account=available, to_account=held, amount_micros=amount_micros,
+                    cause=Cause.HOLD, source_type="hold", source_id=hold.pk, actor=actor,
+                    memo=reason or f"order {order_ref}: more held")
+    except InsufficientFunds as exc:
+        raise MoneyError(f"insufficient funds: {exc}", code="insufficient_funds") from None
+    Hold.objects.filter(pk=hold.pk).update(amount_micros=F("amount_micros") + amount_micros)
+    hold.refresh_from_db()
+    return hold
+
+
 def _locked_hold(hold: Hold) -> Hold:
     return Hold.objects.select_for_update().get(pk=hold.pk)
 

@@ -89,7 +89,8 @@ def extend(request, lease_id: int):
     try:
         lease = leasing.extend_lease(lease=lease, hours=hours,
                                      actor=request.user.get_username())
-    except (leasing.LeaseTransitionError, leasing.GpusUnavailable) as exc:
+    except (leasing.LeaseTransitionError, leasing.GpusUnavailable,
+            leasing.ExtensionRefused) as exc:
         messages.error(request, f"Lease {lease.pk} not extended: {exc}.")
     else:
         messages.success(request, f"Lease {lease.pk} extended by {hours} h; it now ends "
