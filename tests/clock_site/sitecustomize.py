@@ -10,3 +10,4 @@ if _offset:
     import time_machine
 
     time_machine.travel(time.time() + float(_offset), tick=True).start()
+    time.time()  # time-machine ticks from the first reading, not from the start of travel
