@@ -39,11 +39,28 @@ class StateChangeInline(admin.TabularInline):
     can_delete = False
 
 
+class InventoryFilter(admin.SimpleListFilter):
+    """Nodes whose agent reports other GPUs than were registered (pool.services)."""
+
+    title = "GPU inventory"
+    parameter_name = "inventory"
+
+    def lookups(self, request, model_admin):
+        return [("mismatch", "differs from registration"), ("agrees", "agrees")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "mismatch":
+            return queryset.exclude(inventory_mismatch="")
+        if self.value() == "agrees":
+            return queryset.filter(inventory_mismatch="")
+        return queryset
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
     list_display = ["hostname", "provider", "fabric", "leaf", "gpu_model", "gpus", "gpus_unhealthy",
                     "state", "drain_mode", "health", "last_heartbeat_at", "state_changed_at"]
-    list_filter = ["state", "health", "gpu_model", "fabric", "provider"]
+    list_filter = ["state", "health", InventoryFilter, "gpu_model", "fabric", "provider"]
     search_fields = ["hostname", "provider__slug", "host__leaf"]
     list_select_related = ["provider", "fabric", "gpu_model", "host"]
 
@@ -64,7 +81,7 @@ class NodeAdmin(admin.ModelAdmin):
     def gpus_unhealthy(self, node):
         return node.gpu_unhealthy
     readonly_fields = ["state", "drain_mode", "health", "last_heartbeat_at", "healthy_since",
-                       "token_prefix", "token_hash", "state_changed_at", "created_at"]
+                       "inventory_mismatch", "token_prefix", "token_hash", "state_changed_at", "created_at"]
     inlines = [GpuInline, StateChangeInline]
     actions = ["drain", "drain_moving_leases", "take_offline", "retire"]
 

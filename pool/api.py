@@ -51,7 +51,7 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = ["id", "hostname", "fabric", "gpu_model", "cpu_cores", "memory_gib", "os",
                   "driver_version", "state", "drain_mode", "health", "heartbeat_interval_s",
-                  "last_heartbeat_at", "created_at", "gpus"]
+                  "last_heartbeat_at", "inventory_mismatch", "created_at", "gpus"]
 
     @extend_schema_field(NodeGpuSerializer(many=True))
     def get_gpus(self, node) -> list[dict]:

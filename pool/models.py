@@ -61,6 +61,10 @@ class Node(models.Model):
                                   default=DrainMode.RUN_TO_END,
                                   help_text="what happens to its leases while it drains")
     heartbeat_interval_s = models.PositiveIntegerField(default=15)
+    inventory_mismatch = models.CharField(
+        max_length=300, blank=True,
+        help_text="how the GPUs its agent reports differ from its registration; empty when "
+                  "they agree")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     healthy_since = models.DateTimeField(null=True, blank=True,
                                          help_text="start of the current run of healthy heartbeats")
@@ -104,6 +108,7 @@ class NodeStateChange(models.Model):
 
 class Gpu(models.Model):
     class Health(models.TextChoices):
+        UNKNOWN = "unknown"  # registered, not (or no longer) reported by the node's agent
         OK = "ok"
         DEGRADED = "degraded"
         FAILED = "failed"
@@ -115,7 +120,8 @@ class Gpu(models.Model):
     memory_mib = models.PositiveIntegerField()
     mig_capable = models.BooleanField(default=False)
     nvlink_domain = models.CharField(max_length=80, blank=True)
-    health = models.CharField(max_length=10, choices=Health.choices, default=Health.OK)
+    health = models.CharField(max_length=10, choices=Health.choices, default=Health.UNKNOWN,
+                              help_text="unknown until a heartbeat reports it")
     health_changed_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -139,6 +145,7 @@ class HealthEvent(models.Model):
         NODE_UNREACHABLE = "node_unreachable"
         NODE_REACHABLE = "node_reachable"
         GPU_HEALTH = "gpu_health"
+        INVENTORY = "inventory"
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_events")
     gpu = models.ForeignKey(Gpu, null=True, blank=True, on_delete=models.CASCADE,

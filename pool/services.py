@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from fabric.models import Fabric, Host
@@ -256,6 +257,12 @@ def gpu_health_from(report: dict) -> tuple[str, str]:
     return Gpu.Health.OK, "counters clean"
 
 
+# The node's registered GPU indexes, in order (compared with a heartbeat's in one UPDATE).
+_registered_indexes = (Gpu.objects.filter(node_id=OuterRef("pk")).order_by().values("node_id")
+                       .annotate(indexes=ArrayAgg("index", order_by="index"))
+                       .values("indexes"))
+
+
 def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
                      serving: list[str], now: datetime | None = None) -> HeartbeatAnswer:
     """Take one heartbeat, writing only what changed (metrics go to the cache, not the DB).
@@ -270,8 +277,11 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
         and node.state in (S.ACTIVE, S.DRAINING, S.OFFLINE)
         and node.health == Node.Health.REACHABLE
     )
-    updated = steady and Node.objects.filter(
+    # Steady only while the agent reports exactly the registered GPUs: a GPU it stops
+    # reporting is no longer known to be healthy.
+    updated = steady and Node.objects.alias(registered=Subquery(_registered_indexes)).filter(
         pk=node.pk, state=node.state, health=Node.Health.REACHABLE, healthy_since__isnull=False,
+        registered=sorted({g["index"] for g in gpus}),
     ).update(last_heartbeat_at=now)
     if not updated:
         node = _record_heartbeat_locked(node, gpus, now)
@@ -295,8 +305,15 @@ def _record_heartbeat_locked(node: Node, gpus: list[dict], now: datetime) -> Nod
         node = change_node_state(node=node, to_state=S.ACTIVE, actor="agent",
                                  reason="first heartbeat")
         node.has_bindings = has_bindings
-    all_ok = _update_gpu_health(node, gpus)
+    all_ok, mismatch = _update_gpu_health(node, gpus, now)
     updates = {"last_heartbeat_at": now}
+    if mismatch != node.inventory_mismatch:
+        updates["inventory_mismatch"] = mismatch
+        HealthEvent.objects.create(node=node, kind=HealthEvent.Kind.INVENTORY,
+                                   from_value="mismatch" if node.inventory_mismatch else "agrees",
+                                   to_value="mismatch" if mismatch else "agrees",
+                                   detail=mismatch or "the agent reports every registered GPU")
+    all_ok = all_ok and not mismatch
     if node.health == Node.Health.UNREACHABLE:
         updates["health"] = Node.Health.REACHABLE
         HealthEvent.objects.create(node=node, kind=HealthEvent.Kind.NODE_REACHABLE,
@@ -312,21 +329,45 @@ def _record_heartbeat_locked(node: Node, gpus: list[dict], now: datetime) -> Nod
     return node
 
 
-def _update_gpu_health(node: Node, reports: list[dict]) -> bool:
+def _update_gpu_health(node: Node, reports: list[dict], now: datetime) -> tuple[bool, str]:
+    """Each registered GPU's health from its report (unknown when not reported); whether all
+    are ok, and how the reported GPUs differ from the registered ones ("" when they agree)."""
     by_index = {r["index"]: r for r in reports}
     all_ok = True
+    registered = set()
     for gpu in Gpu.objects.filter(node=node).only("id", "index", "health"):
+        registered.add(gpu.index)
         report = by_index.get(gpu.index)
         if report is None:
-            all_ok = all_ok and gpu.health == Gpu.Health.OK
-            continue
-        health, why = gpu_health_from(report)
+            health, why = Gpu.Health.UNKNOWN, "not reported by the node's agent"
+        else:
+            health, why = gpu_health_from(report)
         all_ok = all_ok and health == Gpu.Health.OK
         if health != gpu.health:
-            Gpu.objects.filter(pk=gpu.pk).update(health=health, health_changed_at=timezone.now())
-            HealthEvent.objects.create(node=node, gpu=gpu, kind=HealthEvent.Kind.GPU_HEALTH,
-                                       from_value=gpu.health, to_value=health, detail=why)
-    return all_ok
+            Gpu.objects.filter(pk=gpu.pk).update(health=health, health_changed_at=now)
+            if (gpu.health, health) != (Gpu.Health.UNKNOWN, Gpu.Health.OK):
+                # (a GPU first reported healthy is no health event; one that vanishes is)
+                HealthEvent.objects.create(node=node, gpu=gpu, kind=HealthEvent.Kind.GPU_HEALTH,
+                                           from_value=gpu.health, to_value=health, detail=why)
+    return all_ok, inventory_mismatch(registered, set(by_index))
+
+
+def inventory_mismatch(registered: set[int], reported: set[int]) -> str:
+    """How a heartbeat's GPUs differ from the node's registration, for its provider and the
+    operators; "" when they agree."""
+    if registered == reported:
+        return ""
+    parts = [f"the agent reports {len(reported & registered)} of {len(registered)} "
+             f"registered GPUs"]
+    if registered - reported:
+        parts.append(f"missing: {_indexes(registered - reported)}")
+    if reported - registered:
+        parts.append(f"not registered: {_indexes(reported - registered)}")
+    return "; ".join(parts)
+
+
+def _indexes(indexes: set[int]) -> str:
+    return ", ".join(f"gpu{i}" for i in sorted(indexes))
 
 
 # Called with the lease refs a heartbeat has just acknowledged (after the acknowledgement is

@@ -24,3 +24,10 @@ def fund(org, dollars: str, reason: str = "test funds"):
 
     return market.grant_credit(organization=org, amount_micros=money.to_micros(dollars),
                                reason=reason, actor="test")
+
+
+def report_every_gpu(provider) -> None:
+    """What each node's first complete heartbeat does to its GPUs: known and healthy."""
+    from pool.models import Gpu
+
+    Gpu.objects.filter(node__provider=provider).update(health="ok")

@@ -48,6 +48,8 @@ def _fleet(provider):
                                      filter=Q(gpus__health=Gpu.Health.DEGRADED)),
                   gpu_failed=Count("gpus", distinct=True,
                                    filter=Q(gpus__health=Gpu.Health.FAILED)),
+                  gpu_unknown=Count("gpus", distinct=True,
+                                    filter=Q(gpus__health=Gpu.Health.UNKNOWN)),
                   price_low=Min("gpus__prices__price_micros",
                                 filter=Q(gpus__prices__superseded_at__isnull=True)),
                   price_high=Max("gpus__prices__price_micros",

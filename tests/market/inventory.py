@@ -5,7 +5,7 @@ from fabric import services as fabric_services
 from ibex.accounts import services as accounts
 from pool import services as pool
 from pool.models import Gpu
-from tests.factories import make_org
+from tests.factories import make_org, report_every_gpu
 
 
 def provider_with_nodes(slug="hpc-provider", nodes=4, gpu_model="H100-80GB", fabric="lab"):
@@ -19,6 +19,7 @@ def provider_with_nodes(slug="hpc-provider", nodes=4, gpu_model="H100-80GB", fab
     pool.register_nodes(provider=provider, specs=[
         pool.NodeSpec(hostname=host, fabric=fabric, gpu_model=gpu_model, gpu_count=8,
                       cpu_cores=64, memory_gib=1024) for host in spec.hosts])
+    report_every_gpu(provider)
     return provider
 
 

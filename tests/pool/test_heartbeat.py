@@ -72,7 +72,7 @@ def test_xid_errors_or_heat_degrade_a_gpu_and_clean_counters_recover_it(register
 
     transitions = list(HealthEvent.objects.order_by("id").values_list(
         "gpu__index", "from_value", "to_value"))
-    assert transitions == [(1, "ok", "degraded"), (2, "ok", "degraded"),
+    assert transitions == [(1, "unknown", "degraded"), (2, "unknown", "degraded"),
                            (1, "degraded", "ok"), (2, "degraded", "ok")]
 
 

@@ -11,6 +11,7 @@ from market import prices
 from market.models import Clearing
 from pool import services as pool
 from pool.models import Node
+from tests.factories import report_every_gpu
 
 
 def verified_provider(slug: str, *, nodes: int, gpu_model: str, fabric: str, price: int,
@@ -25,6 +26,7 @@ def verified_provider(slug: str, *, nodes: int, gpu_model: str, fabric: str, pri
         pool.NodeSpec(hostname=host, fabric=fabric, gpu_model=gpu_model, gpu_count=8,
                       cpu_cores=96, memory_gib=2048) for host in spec.hosts])
     Node.objects.filter(provider=provider).update(state="active")
+    report_every_gpu(provider)
     prices.set_prices(provider=provider, scope={"fabric": fabric}, price_micros=price,
                       actor="test")
     return provider
