@@ -68,7 +68,7 @@ def seed(users: int) -> list[str]:
     from ibex.accounts import services as accounts
     from market import prices
     from pool import services as pool
-    from pool.models import Node
+    from pool.models import Gpu, Node
     from tests.factories import fund, make_org
 
     pool.ensure_gpu_catalogue()
@@ -81,6 +81,7 @@ def seed(users: int) -> list[str]:
         pool.NodeSpec(hostname=host, fabric="load-lab", gpu_model="H100-80GB", gpu_count=8,
                       cpu_cores=64, memory_gib=1024) for host in spec.hosts])
     Node.objects.filter(provider=provider).update(state="active")  # as their agents would
+    Gpu.objects.filter(node__provider=provider).update(health="ok")  # first heartbeats
     prices.set_prices(provider=provider, scope={"fabric": "load-lab"}, price_micros=2_000_000,
                       actor="load")
     keys = []

@@ -90,6 +90,7 @@ def run(args):
         hostname=h, fabric="bench", gpu_model="H100-80GB", gpu_count=8, cpu_cores=64,
         memory_gib=1024) for h in spec.hosts])
     Node.objects.update(state="active")
+    Gpu.objects.filter(node__provider=provider).update(health="ok")  # first heartbeats
     prices.set_prices(provider=provider, scope={"fabric": "bench"}, price_micros=2_000_000,
                       actor="bench")
     tenant = accounts.create_organization(slug="bench-tenant", roles=("tenant",))

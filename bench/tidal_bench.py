@@ -42,7 +42,7 @@ from market import auctions, leasing, orders  # noqa: E402
 from market.models import Lease, Order  # noqa: E402
 from pool import quotas  # noqa: E402
 from pool import services as pool_services  # noqa: E402
-from pool.models import Node, Pool, TidalRun, TidalStep  # noqa: E402
+from pool.models import Gpu, Node, Pool, TidalRun, TidalStep  # noqa: E402
 from scheduler import quota_admission, tidal  # noqa: E402
 
 H100 = "H100-80GB"
@@ -68,6 +68,7 @@ def main():
         hostname=h, fabric=name, gpu_model=H100, gpu_count=8, cpu_cores=64,
         memory_gib=1024) for h in spec.hosts])
     Node.objects.filter(provider=provider).update(state="active")  # as heartbeats would
+    Gpu.objects.filter(node__provider=provider).update(health="ok")  # first heartbeats
     operator = accounts.create_organization(slug=f"{name}-ops", roles=("operator",))
     company = accounts.create_organization(slug=f"{name}-co", roles=("tenant",))
     pool = Pool.objects.create(name=name, owner=operator)
