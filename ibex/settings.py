@@ -331,6 +331,10 @@ WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8)
 WEBHOOK_BACKOFF_BASE_S = env_int("WEBHOOK_BACKOFF_BASE_S", 10)
 WEBHOOK_BACKOFF_CAP_S = env_int("WEBHOOK_BACKOFF_CAP_S", 3600)
 WEBHOOK_TIMEOUT_S = env_int("WEBHOOK_TIMEOUT_S", 10)
+# Webhooks go to public https URLs only (scheduler/webhook_targets.py). Exceptions, for tests
+# and private installations: http, and networks in CIDR form ("127.0.0.1/32,10.8.0.0/16").
+WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", False)
+WEBHOOK_ALLOWED_NETWORKS = os.environ.get("WEBHOOK_ALLOWED_NETWORKS", "")
 CELERY_BEAT_SCHEDULE.update({
     "evaluate-slas": {"task": "scheduler.evaluate_slas", "schedule": 60.0},
     "sync-events": {"task": "scheduler.sync_events", "schedule": 10.0},

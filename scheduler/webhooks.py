@@ -25,8 +25,10 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from requests.adapters import HTTPAdapter
 
 from ibex.accounts.models import Organization
+from scheduler import webhook_targets
 from scheduler.models import Event, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 D = WebhookDelivery.State
@@ -48,17 +50,23 @@ class WebhookError(Exception):
 # --- endpoints ------------------------------------------------------------------------------------
 
 
+def check_target(url: str, *, at_creation: bool = False) -> webhook_targets.Target:
+    """The URL's target under the operator's rules (WEBHOOK_ALLOW_HTTP,
+    WEBHOOK_ALLOWED_NETWORKS); WebhookError naming the field when it is refused. At creation a
+    name that does not resolve (yet) is kept: every delivery resolves and checks again."""
+    try:
+        return webhook_targets.check_url(
+            url, allow_http=settings.WEBHOOK_ALLOW_HTTP,
+            allowed=webhook_targets.parse_networks(settings.WEBHOOK_ALLOWED_NETWORKS),
+            resolve=webhook_targets.system_resolver,  # looked up here: the tests replace it
+            unresolved_ok=at_creation)
+    except webhook_targets.RefusedTarget as exc:
+        raise WebhookError(str(exc), field="url") from None
+
+
 def validate_url(url: str) -> str:
-    url = (url or "").strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise WebhookError("Webhook URLs use http or https.", field="url")
-    if not parts.hostname:
-        raise WebhookError("The URL has no host.", field="url")
-    if parts.username or parts.password:
-        raise WebhookError("Put no credentials in the URL; check the signature instead.",
-                           field="url")
-    return url
+    check_target(url, at_creation=True)
+    return url.strip()
 
 
 def new_secret() -> str:
@@ -180,14 +188,46 @@ def deliver(*, delivery_id: int, now: datetime | None = None) -> Outcome | None:
                "IBEX-Delivery-Attempt": str(delivery.attempts)}
     status_code, error = None, ""
     try:
-        response = requests.post(endpoint.url, data=body, headers=headers,
-                                 timeout=_setting("WEBHOOK_TIMEOUT_S", 10), allow_redirects=False)
+        target = check_target(endpoint.url)
+    except WebhookError as exc:  # refused before any traffic; the tenant reads why
+        return _record(delivery, now, None, f"refused: {exc.message}"[:500])
+    try:
+        response = post_to(target, body, headers, timeout=_setting("WEBHOOK_TIMEOUT_S", 10))
         status_code = response.status_code
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
     except requests.RequestException as exc:
         error = f"{type(exc).__name__}: {exc}"[:500]
     return _record(delivery, now, status_code, error)
+
+
+class _PinnedTls(HTTPAdapter):
+    """TLS to an address we checked, while the certificate and SNI are the URL's host."""
+
+    def __init__(self, host: str, **kwargs):
+        self._host = host
+        super().__init__(**kwargs)
+
+    def init_poolmanager(self, *args, **kwargs):
+        kwargs.update(server_hostname=self._host, assert_hostname=self._host)
+        super().init_poolmanager(*args, **kwargs)
+
+
+def post_to(target: webhook_targets.Target, body: bytes, headers: dict,
+            timeout: float) -> requests.Response:
+    """POST to the first checked address of the target, never following a redirect."""
+    address = target.addresses[0]
+    netloc = f"[{address}]:{target.port}" if ":" in address else f"{address}:{target.port}"
+    parts = urlsplit(target.url)
+    url = parts._replace(netloc=netloc).geturl()
+    default_port = {"https": 443, "http": 80}[target.scheme]
+    host_header = target.host if target.port == default_port else f"{target.host}:{target.port}"
+    with requests.Session() as session:
+        session.trust_env = False  # no proxy from the environment: the checked address it is
+        if target.scheme == "https":
+            session.mount(f"https://{netloc}", _PinnedTls(target.host))
+        return session.post(url, data=body, headers={**headers, "Host": host_header},
+                            timeout=timeout, allow_redirects=False)
 
 
 @transaction.atomic

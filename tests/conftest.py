@@ -176,3 +176,22 @@ def provider_client(provider):
     from tests.factories import client_for
 
     return client_for(provider)
+
+
+@pytest.fixture(autouse=True)
+def _no_dns_for_webhooks(monkeypatch):
+    """Tests send nothing off loopback, DNS queries included: webhook host names do not
+    resolve here (an address written in the URL is checked as it is)."""
+    from scheduler import webhook_targets
+
+    def unresolvable(host, port):
+        raise OSError(f"{host}: name resolution is off in the tests")
+
+    monkeypatch.setattr(webhook_targets, "system_resolver", unresolvable)
+
+
+@pytest.fixture
+def loopback_webhooks(settings):
+    """The operator's exception that lets webhooks reach a receiver on this machine."""
+    settings.WEBHOOK_ALLOW_HTTP = True
+    settings.WEBHOOK_ALLOWED_NETWORKS = "127.0.0.1/32"

@@ -34,7 +34,7 @@ def test_a_bad_url_is_refused_next_to_the_field(tenant_web, tenant):
     response = tenant_web.post("/app/webhooks/", {"url": "ftp://hooks.acme.test/"})
 
     assert response.status_code == 400
-    assert '<p class="error" id="id_url_error">Webhook URLs use http or https.</p>' in (
+    assert '<p class="error" id="id_url_error">Webhook URLs use https.</p>' in (
         response.content.decode())
     assert not WebhookEndpoint.objects.exists()
 
