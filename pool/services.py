@@ -14,7 +14,17 @@ from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import (
+    DateTimeField,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
 from django.utils import timezone
 
 from fabric.models import Fabric, Host
@@ -504,12 +514,25 @@ def verify_burned_in_providers(*, now: datetime | None = None) -> list[str]:
     return verified
 
 
-def offered_gpus():
-    """GPUs a tenant may be offered: verified provider, active reachable node, healthy GPU."""
+def offered_gpus(*, now: datetime | None = None):
+    """GPUs a tenant may be offered: verified provider, active reachable node that beat within
+    one interval plus HEARTBEAT_GRACE_S, healthy GPU (reported by that node's agent)."""
+    now = now or timezone.now()
     return Gpu.objects.filter(
         node__provider__provider_profile__state=ProviderProfile.State.VERIFIED,
         node__state=S.ACTIVE, node__health=Node.Health.REACHABLE, health=Gpu.Health.OK,
-    )
+    ).filter(Q(node__last_heartbeat_at__gte=_fresh_since(now))
+             # never heard from: only data loaded without agents (tests, benchmarks); a real
+             # node becomes active by its first heartbeat
+             | Q(node__last_heartbeat_at__isnull=True))
+
+
+def _fresh_since(now: datetime):
+    """The oldest heartbeat that still counts as recent, per node: one interval plus grace."""
+    silence = ExpressionWrapper(
+        (F("node__heartbeat_interval_s") + settings.HEARTBEAT_GRACE_S)
+        * Value(timedelta(seconds=1)), output_field=DurationField())
+    return ExpressionWrapper(Value(now) - silence, output_field=DateTimeField())
 
 
 def ensure_gpu_catalogue() -> None:
