@@ -309,6 +309,8 @@ CELERY_BEAT_SCHEDULE.update({
                                      "schedule": 5.0},
     "requeue-unplaced-leases": {"task": "scheduler.requeue_unplaced_leases", "schedule": 30.0},
     "fail-stuck-leases": {"task": "scheduler.fail_stuck_leases", "schedule": 30.0},
+    "replace-unacknowledged-leases": {"task": "scheduler.replace_unacknowledged_leases",
+                                      "schedule": 10.0},
     "remediate-leases": {"task": "scheduler.remediate_leases", "schedule": 15.0},
     "drain-nodes": {"task": "scheduler.drain_nodes", "schedule": 15.0},
     "defragment": {"task": "scheduler.defragment",

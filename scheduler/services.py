@@ -33,6 +33,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from ibex.outbox import services as outbox
 from market import leasing, pool_orders
 from market.models import Allocation, Lease, Order
 from market.orders import FoundGpus, FreeGpu, find_gpus
@@ -193,6 +194,42 @@ def requeue_unplaced_leases(*, now: datetime | None = None) -> list[int]:
     lost_or_due = Q(state_changed_at__lt=cutoff) | Q(starts_at__gt=F("state_changed_at"))
     return list(Lease.objects.filter(lost_or_due, state=Lease.State.PENDING, starts_at__lte=now)
                 .order_by("pk").values_list("pk", flat=True)[:1000])
+
+
+def replace_unacknowledged_leases(*, now: datetime | None = None) -> list[int]:
+    """Leases whose node has not acknowledged them within two heartbeat intervals go back to
+    pending, off every node, and are placed again (the silent node is no longer offered),
+    at most PLACEMENT_ATTEMPTS times; after that `fail_stuck_leases` fails them at its
+    timeout."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=2 * settings.NODE_HEARTBEAT_INTERVAL_S)
+    late_ids = Lease.objects.filter(state=Lease.State.PLACING, state_changed_at__lt=cutoff
+                                    ).values_list("pk", flat=True)
+    replaced = []
+    for lease_id in late_ids:
+        with transaction.atomic():
+            lease = Lease.objects.select_for_update(skip_locked=True).filter(
+                pk=lease_id, state=Lease.State.PLACING).first()
+            if lease is None:
+                continue
+            ref = lease_ref(lease)
+            bindings = list(Binding.objects.filter(lease_ref=ref, serve=True)
+                            .select_related("node"))
+            silent = sorted(b.node.hostname for b in bindings if b.acknowledged_at is None)
+            tries = lease.events.filter(kind="state", from_state=Lease.State.PLACING,
+                                        to_state=Lease.State.PENDING).count()
+            if not silent or tries >= settings.PLACEMENT_ATTEMPTS:
+                continue
+            for binding in bindings:
+                pool.unbind_lease(node=binding.node, lease_ref=ref)
+            Allocation.objects.filter(lease=lease, gpu__node__hostname__in=silent).delete()
+            leasing.change_lease_state(
+                lease=lease, to_state=Lease.State.PENDING, actor="scheduler",
+                reason=f"no acknowledgement from {', '.join(silent)} within "
+                       f"{2 * settings.NODE_HEARTBEAT_INTERVAL_S} s: placed again")
+            outbox.enqueue("scheduler.place_lease", lease.pk)
+            replaced.append(lease_id)
+    return replaced
 
 
 def fail_stuck_leases(*, now: datetime | None = None) -> list[int]:

@@ -40,6 +40,12 @@ def requeue_unplaced_leases() -> list[int]:
     return lease_ids
 
 
+@shared_task(name="scheduler.replace_unacknowledged_leases")
+def replace_unacknowledged_leases() -> list[int]:
+    """Place again leases a silent node did not acknowledge (beat: every 10 s)."""
+    return services.replace_unacknowledged_leases()
+
+
 @shared_task(name="scheduler.fail_stuck_leases")
 def fail_stuck_leases() -> list[int]:
     return services.fail_stuck_leases()

@@ -248,3 +248,48 @@ def test_the_task_retries_a_lease_that_fits_nowhere_then_fails_it_refunded(db, s
                       "16 GPUs fit")
     assert money.balances_of(tenant).held_micros == 0
     assert not Binding.objects.exists()
+
+
+def test_a_lease_a_silent_node_did_not_acknowledge_is_placed_again_elsewhere(db, time_machine):
+    lease, _ = won_lease(nodes=4, gpus=8)
+    scheduler.place_lease(lease_id=lease.pk)
+    silent = Binding.objects.get(lease_ref=f"L-{lease.pk}").node
+    later = timezone.now() + timedelta(seconds=31)  # two 15 s intervals and a bit
+    time_machine.move_to(later, tick=False)
+    Node.objects.exclude(pk=silent.pk).update(last_heartbeat_at=later)  # the others beat
+    Node.objects.filter(pk=silent.pk).update(last_heartbeat_at=later - timedelta(seconds=40))
+
+    assert scheduler.replace_unacknowledged_leases(now=later) == [lease.pk]
+
+    lease.refresh_from_db()
+    assert lease.state == "pending"
+    assert "no acknowledgement from " + silent.hostname in lease.events.last().reason
+    assert not Binding.objects.filter(node=silent, serve=True).exists()
+    scheduler.place_lease(lease_id=lease.pk)
+    lease.refresh_from_db()
+    nodes = set(Allocation.objects.filter(lease=lease).values_list("gpu__node_id", flat=True))
+    assert lease.state == "placing" and len(nodes) == 1 and silent.pk not in nodes
+    assert Binding.objects.filter(lease_ref=f"L-{lease.pk}", serve=True).get().node_id in nodes
+
+
+def test_an_acknowledged_lease_or_one_within_two_intervals_is_left_alone(db):
+    lease, _ = won_lease(nodes=2, gpus=8)
+    scheduler.place_lease(lease_id=lease.pk)
+
+    assert scheduler.replace_unacknowledged_leases(now=timezone.now()) == []
+    Binding.objects.update(acknowledged_at=timezone.now())
+    assert scheduler.replace_unacknowledged_leases(
+        now=timezone.now() + timedelta(seconds=60)) == []
+
+
+def test_a_lease_is_placed_again_at_most_placement_attempts_times(db, settings):
+    settings.PLACEMENT_ATTEMPTS = 2
+    lease, _ = won_lease(nodes=2, gpus=8)
+    replaced = 0
+    for _ in range(4):
+        scheduler.place_lease(lease_id=lease.pk)
+        replaced += len(scheduler.replace_unacknowledged_leases(
+            now=timezone.now() + timedelta(seconds=31)))
+
+    assert replaced == 2
+    assert Lease.objects.get(pk=lease.pk).state == "placing"  # the stuck sweep fails it later
