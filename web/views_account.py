@@ -28,7 +28,12 @@ def signup(request):
 
 @login_required
 def home(request):
+    """Each role lands on its own page: a tenant on its dashboard, a provider on its fleet, an
+    operator on the operations page."""
     org = organization_for(request.user)
-    if org is not None and not org.is_tenant and org.is_provider:
-        return redirect("web:provider")
+    if org is not None and not org.is_tenant:
+        if org.is_provider:
+            return redirect("web:provider")
+        if org.is_operator:
+            return redirect("web:ops")
     return redirect("web:dashboard")

@@ -95,6 +95,17 @@ def update_provider_details(*, organization: Organization, **details) -> Provide
 
 
 @transaction.atomic
+def default_scopes(organization: Organization) -> list[str]:
+    """The scopes a key needs to do what the organisation's roles do."""
+    scopes = ["read"]
+    for has_role, scope in ((organization.is_tenant, "trade"),
+                            (organization.is_provider, "provide"),
+                            (organization.is_operator, "admin")):
+        if has_role:
+            scopes.append(scope)
+    return scopes
+
+
 def issue_api_key(*, organization: Organization, scopes: list[str], name: str = "",
                   user=None, expires_at: datetime | None = None) -> IssuedKey:
     """Create a key for an organisation; without a user, the org's service user holds it."""

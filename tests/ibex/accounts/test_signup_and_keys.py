@@ -112,3 +112,30 @@ def test_create_api_key_prints_the_key_alone_on_its_last_line(capsys):
     last_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert last_line.startswith("ibex_")
     assert bearer(last_line).get("/api/v1/me/").json()["scopes"] == ["admin", "read"]
+
+
+@pytest.mark.parametrize("role, scopes", [("tenant", ["read", "trade"]),
+                                          ("provider", ["provide", "read"]),
+                                          ("operator", ["admin", "read"])])
+def test_a_keys_default_scopes_follow_the_organisations_role(capsys, role, scopes):
+    call_command("create_api_key", "--org", f"new-{role}", "--create-org", "--role", role)
+
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    assert bearer(key).get("/api/v1/me/").json()["scopes"] == scopes
+
+
+def test_the_readmes_provider_key_can_register_a_node(capsys):
+    from fabric import generators
+    from fabric import services as fabric_services
+    from ibex.accounts.models import Organization
+
+    call_command("create_api_key", "--org", "new-dc", "--create-org", "--role", "provider")
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    fabric_services.save_fabric(owner=Organization.objects.get(slug="new-dc"), name="lab",
+                                spec=generators.fat_tree(4, 4, tiers=2), source="generator")
+
+    response = bearer(key).post("/api/v1/nodes/", {
+        "hostname": "node01", "fabric": "lab", "gpu_model": "H100-80GB", "gpu_count": 8,
+        "cpu_cores": 64, "memory_gib": 512}, format="json")
+
+    assert response.status_code == 201, response.json()

@@ -14,7 +14,9 @@ class Command(BaseCommand):
         parser.add_argument("--role", action="append", choices=services.ROLES, default=[],
                             help="role of a created organisation (repeatable)")
         parser.add_argument("--scopes", nargs="+", choices=ApiKey.Scope.values,
-                            default=["read", "trade"])
+                            help="default: what the organisation's roles need (read, and "
+                                 "trade for a tenant, provide for a provider, admin for an "
+                                 "operator)")
         parser.add_argument("--name", default="")
 
     @transaction.atomic
@@ -24,6 +26,7 @@ class Command(BaseCommand):
             if not create_org:
                 raise CommandError(f"no organisation {org!r}; pass --create-org to create it")
             organization = services.create_organization(slug=org, roles=tuple(role))
+        scopes = scopes or services.default_scopes(organization)
         issued = services.issue_api_key(organization=organization, scopes=scopes, name=name)
         self.stderr.write(f"key {issued.api_key.prefix} for {organization.slug}, "
                           f"scopes {','.join(issued.api_key.scopes)}; it is shown only once")
