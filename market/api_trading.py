@@ -17,7 +17,7 @@ from ibex.api.pagination import CursorPagination
 from ibex.api.throttles import OrderThrottle
 from market import leasing, orders, prices
 from market.api import DollarsField
-from market.models import Allocation, Clearing, GpuPrice, Lease, LeaseEvent, Order
+from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
 from market.money import to_dollars
 from pool.models import GpuModel
 from pool.services import offered_gpus
@@ -125,10 +125,17 @@ class LeaseGpuSerializer(serializers.Serializer):
     index = serializers.IntegerField()
 
 
+class LocalitySerializer(serializers.Serializer):
+    leaves = serializers.IntegerField()
+    spines = serializers.IntegerField()
+    max_hops = serializers.IntegerField()
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     price_per_gpu_hour = DollarsField(source="price_micros")
     max_price_per_gpu_hour = DollarsField(source="max_price_micros")
     gpus = serializers.SerializerMethodField()
+    locality = serializers.SerializerMethodField()
     events = LeaseEventSerializer(many=True)
 
     class Meta:
@@ -139,8 +146,20 @@ class LeaseSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(LeaseGpuSerializer(many=True))
     def get_gpus(self, lease) -> list[dict]:
-        return [{"node": a.gpu.node.hostname, "index": a.gpu.index}
-                for a in lease.allocations.all()]
+        """The GPUs it holds now (earlier placements are in its events)."""
+        return [{"node": a.gpu.node.hostname, "index": a.gpu.index} for a in in_force(lease)]
+
+    @extend_schema_field(LocalitySerializer)
+    def get_locality(self, lease) -> dict:
+        """Leaves, spines and hops spanned by the GPUs it holds now."""
+        return leasing.locality_of([leasing.allocation_key(a) for a in in_force(lease)])
+
+
+def in_force(lease) -> list:
+    cached = getattr(lease, "in_force", None)
+    return cached if cached is not None else list(
+        leasing.allocations_in_force_with_places().filter(lease=lease))
+
 
 
 class ExtendSerializer(StrictSerializer):
@@ -159,8 +178,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             return Lease.objects.none()
         org = organization_of(self.request)
         leases = Lease.objects.prefetch_related(
-            "events", Prefetch("allocations", queryset=Allocation.objects.select_related(
-                "gpu__node").order_by("gpu__node__hostname", "gpu__index")))
+            "events", Prefetch("allocations", queryset=leasing.allocations_in_force_with_places(),
+                               to_attr="in_force"))
         return leases if org.is_operator else leases.filter(tenant=org)
 
     @extend_schema(request=None, responses=LeaseSerializer, summary="End the lease now")

@@ -22,7 +22,6 @@ from market.orders import (
     _change_state,
     bid_for,
     free_priced_gpus,
-    max_hops,
     offers_from,
 )
 from market.placement_port import make_placer
@@ -154,8 +153,7 @@ def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
         gpus=[leasing.GpuChoice(g.gpu_id, price_micros) for _, g in chosen],
         starts_at=start, ends_at=start + timedelta(hours=order.hours), price_micros=price_micros,
         max_price_micros=order.max_price_micros,
-        locality={"leaves": len({(k[0], k[2]) for k in keys}),
-                  "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)},
+        locality=leasing.locality_of(keys),
         actor="market", allow_moves=order.allow_moves,
     )
 

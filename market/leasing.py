@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.contrib.postgres.fields import DateTimeRangeField
 from django.db import IntegrityError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
-from django.db.models import F, Func, Q, Value
+from django.db.models import DateTimeField, F, Func, Max, OuterRef, Q, Subquery, Value
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
@@ -43,6 +43,59 @@ class LeaseTransitionError(Exception):
 
 class GpusUnavailable(Exception):
     """Another lease holds one of the GPUs for an overlapping time (the constraint said so)."""
+
+
+# --- what a lease holds now ---------------------------------------------------------------------
+
+
+def allocations_in_force():
+    """Allocations a lease holds now, or held last if it has ended: those that end where its
+    latest allocation ends. GPUs a move or a repair took it off end earlier; they are in the
+    lease's events, never in what it lists."""
+    upper = Func(F("period"), function="upper", output_field=DateTimeField())
+    latest_end = (Allocation.objects.filter(lease=OuterRef("lease")).order_by().values("lease")
+                  .annotate(end=Max(upper)).values("end"))
+    return Allocation.objects.filter(period__endswith=Subquery(latest_end))
+
+
+def allocations_in_force_with_places():
+    """`allocations_in_force` with what naming GPUs and their locality needs, in node order."""
+    return (allocations_in_force().select_related("gpu__node__host", "gpu__node__fabric")
+            .order_by("gpu__node__hostname", "gpu__index"))
+
+
+def max_hops(keys: list[tuple]) -> int:
+    """Switch hops between the farthest two of these (fabric, spine, leaf, host) keys: same
+    node 0, leaf 2, spine 4, else 6."""
+    if len({k[3] for k in keys}) == 1:
+        return 0
+    if len({(k[0], k[2]) for k in keys}) == 1:
+        return 2
+    return 4 if len({(k[0], k[1]) for k in keys}) == 1 else 6
+
+
+def locality_of(keys: list[tuple]) -> dict:
+    """Leaves, spines and hops spanned by GPUs on these (fabric, spine, leaf, host) keys: the
+    terms a lease is sold and shown in."""
+    if not keys:
+        return {}
+    return {"leaves": len({(k[0], k[2]) for k in keys}),
+            "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
+
+
+def allocation_key(allocation: Allocation) -> tuple:
+    """(fabric, spine, leaf, host) of an allocation's GPU (select_related gpu__node__host and
+    gpu__node__fabric)."""
+    node = allocation.gpu.node
+    return (node.fabric.name, node.host.spine, node.host.leaf, node.hostname)
+
+
+def gpu_names(gpu_ids) -> list[str]:
+    """GPUs as people read them: `node/index`, in that order."""
+    from pool.models import Gpu
+
+    return [f"{host}/{index}" for host, index in Gpu.objects.filter(pk__in=list(gpu_ids))
+            .order_by("node__hostname", "index").values_list("node__hostname", "index")]
 
 
 @dataclass(frozen=True)
@@ -242,8 +295,8 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
             raise
         raise GpusUnavailable("a replacement GPU was taken meanwhile") from None
     LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
-                              reason=f"{reason}: GPUs {sorted(away_from)} → "
-                                     f"{sorted(g.gpu_id for g in onto)}")
+                              reason=f"{reason}: {', '.join(gpu_names(away_from))} → "
+                                     f"{', '.join(gpu_names(g.gpu_id for g in onto))}"[:500])
     return locked
 
 
@@ -270,8 +323,8 @@ def replace_allocations(*, lease: Lease, gpus: list[GpuChoice], gpu_model: str, 
             raise
         raise GpusUnavailable("another lease took one of these GPUs meanwhile") from None
     LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
-                              reason=f"{reason}; now on GPUs "
-                                     f"{sorted(g.gpu_id for g in gpus)}"[:500])
+                              reason=f"{reason}; now on "
+                                     f"{', '.join(gpu_names(g.gpu_id for g in gpus))}"[:500])
     locked.gpu_model, locked.locality = gpu_model, locality
     locked.price_micros = min(price_micros, locked.max_price_micros)
     locked.save(update_fields=["gpu_model", "locality", "price_micros"])

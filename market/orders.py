@@ -254,15 +254,6 @@ def offers_from(by_node: dict[tuple, list[FreeGpu]], gpu_model_of: dict[str, str
     ]
 
 
-def max_hops(keys: list[tuple]) -> int:
-    """Switch hops between the farthest two chosen nodes: same node 0, leaf 2, spine 4."""
-    if len({k[3] for k in keys}) == 1:
-        return 0
-    if len({(k[0], k[2]) for k in keys}) == 1:
-        return 2
-    return 4 if len({(k[0], k[1]) for k in keys}) == 1 else 6
-
-
 @dataclass(frozen=True)
 class FoundGpus:
     """Where the placement engine put an order: the GPUs chosen (with their node keys)."""
@@ -274,9 +265,7 @@ class FoundGpus:
         return [leasing.GpuChoice(g.gpu_id, g.price_micros) for _, g in self.chosen]
 
     def locality(self) -> dict:
-        keys = [k for k, _ in self.chosen]
-        return {"leaves": len({(k[0], k[2]) for k in keys}),
-                "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
+        return leasing.locality_of([k for k, _ in self.chosen])
 
     def price_micros(self, limit_micros: int) -> int:
         prices = [g.price_micros for _, g in self.chosen]

@@ -28,8 +28,9 @@ from django.db.models import Count
 from django.utils import timezone
 
 from market import leasing, pool_orders
+from market.leasing import locality_of
 from market.models import Lease, Order
-from market.orders import LEVELS, max_hops
+from market.orders import LEVELS
 from pool import quota as core
 from pool import quotas
 from pool.models import Gpu, Pool, QuotaNode
@@ -163,11 +164,6 @@ class PoolPlacer:
         self.index.commit({name: len(ids) for name, ids in taken.items()})
         for name, ids in taken.items():
             self.nodes[name].gpus = [g for g in self.nodes[name].gpus if g[0] not in ids]
-
-
-def locality_of(keys: list[tuple]) -> dict:
-    return {"leaves": len({(k[0], k[2]) for k in keys}),
-            "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
 
 
 def admit_pool(*, pool_id: int, now: datetime | None = None) -> PassReport:

@@ -30,9 +30,9 @@ from django.utils import timezone
 
 from market import leasing
 from market import services as money
+from market.leasing import locality_of
 from market.models import Allocation, Lease, LeaseEvent, UsageRecord
 from market.money import to_dollars
-from market.orders import max_hops
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
 from scheduler import events
@@ -169,10 +169,7 @@ def locality_now(lease: Lease, at: datetime) -> dict:
                 "gpu__node__fabric__name", "gpu__node__host__spine", "gpu__node__host__leaf",
                 "gpu__node__hostname", "period")
             if period.lower <= at and (period.upper is None or at < period.upper)]
-    if not keys:
-        return {}
-    return {"leaves": len({(k[0], k[2]) for k in keys}),
-            "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
+    return locality_of(keys)
 
 
 def locality_kept(promised: dict, now: dict) -> bool:

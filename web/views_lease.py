@@ -7,8 +7,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from market import leasing, orders
-from market.leasing import ENDED
-from market.models import Allocation, Lease, Order
+from market.leasing import ENDED, allocation_key, allocations_in_force_with_places, locality_of
+from market.models import Lease, Order
 from scheduler.sla import sla_report
 from web.orgs import tenant_required
 from web.views_tenant import _activity_response, gpu_list
@@ -36,9 +36,9 @@ def _sla(lease: Lease) -> dict:
 
 def _lease_context(lease: Lease) -> dict:
     now = timezone.now()
-    allocations = (Allocation.objects.filter(lease=lease).select_related("gpu__node")
-                   .order_by("gpu__node__hostname", "gpu__index"))
+    allocations = list(allocations_in_force_with_places().filter(lease=lease))
     context = {"lease": lease, "ended": lease.state in ENDED, "gpus": gpu_list(allocations),
+               "locality": locality_of([allocation_key(a) for a in allocations]),
                "events": lease.events.all(), "sla": _sla(lease), "now": now,
                "max_extend_hours": MAX_EXTEND_HOURS}
     if lease.state == Lease.State.PREEMPTING and lease.preempt_at:

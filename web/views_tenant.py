@@ -12,8 +12,13 @@ from ibex import ratelimit
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
 from market import orders
-from market.leasing import ENDED
-from market.models import Allocation, Lease, Order
+from market.leasing import (
+    ENDED,
+    allocation_key,
+    allocations_in_force_with_places,
+    locality_of,
+)
+from market.models import Lease, Order
 from market.services import balances_of
 from pool.services import offered_gpus
 from web.forms import ORDER_FIELDS, ApiKeyForm, OrderForm
@@ -27,16 +32,17 @@ def _activity(org, query=None) -> dict:
     query = query or {}
     leases = Paginator(
         Lease.objects.filter(tenant=org).order_by("-created_at", "-id")
-        .prefetch_related(Prefetch("allocations", queryset=Allocation.objects
-                                   .select_related("gpu__node")
-                                   .order_by("gpu__node__hostname", "gpu__index"))),
+        .prefetch_related(Prefetch("allocations", queryset=allocations_in_force_with_places(),
+                                   to_attr="in_force")),
         ROWS).get_page(query.get("leases"))
     return {
         "orders": Paginator(Order.objects.filter(tenant=org).order_by("-created_at", "-id"),
                             ROWS).get_page(query.get("orders")),
         "lease_page": leases,
         "leases": [{"lease": lease, "ended": lease.state in ENDED,
-                    "gpus": gpu_list(lease.allocations.all())} for lease in leases],
+                    "gpus": gpu_list(lease.in_force),
+                    "locality": locality_of([allocation_key(a) for a in lease.in_force])}
+                   for lease in leases],
         "balances": balances_of(org),
     }
 
