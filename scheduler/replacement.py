@@ -92,7 +92,8 @@ class FreeIndex:
                        .values_list("node_id", "pool_id"))
         rows = (
             offered_gpus().exclude(node_id__in=list(pool_of))
-            .filter(Q(prices__superseded_at__isnull=True, prices__min_lease_hours__lte=1)
+            # a repair is no new lease: the GPU's minimum lease applies to new leases only
+            .filter(Q(prices__superseded_at__isnull=True)
                     & (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=now)))
             .exclude(allocations__period__contains=now)
             .annotate(busy_from=Subquery(next_start))

@@ -169,3 +169,20 @@ def test_a_replacement_never_comes_from_another_fabric(db):
     assert remediation.remediate_leases() == {lease.pk: "degraded"}
     assert set(Allocation.objects.filter(lease=lease).values_list(
         "gpu__node__fabric__name", flat=True)) == {"lab"}
+
+
+def test_a_repair_stays_in_the_preferred_leaf_although_its_free_gpus_ask_a_minimum_lease(db):
+    """The README's rehearsal: the spare GPUs beside the lease are priced with a 4-hour
+    minimum; that applies to new leases, not to repairing one, so the lease keeps its leaf."""
+    client = setup_market()
+    lease = active_lease(client, gpus=8, topology={"preferred": "leaf"})
+    gpu = Allocation.objects.filter(lease=lease).first().gpu
+    leaf = gpu.node.host.leaf
+    provider = gpu.node.provider
+    prices.set_prices(provider=provider, scope={"leaf": leaf}, price_micros=2_000_000,
+                      min_lease_hours=4, actor="t")
+
+    fail(gpu)
+
+    assert remediation.remediate_leases() == {lease.pk: "moved"}
+    assert current_hosts(lease) == {leaf}
