@@ -20,7 +20,6 @@ from market.api import DollarsField
 from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
 from market.money import to_dollars
 from pool.models import GpuModel
-from pool.services import offered_gpus
 
 # --- prices -------------------------------------------------------------------------------------
 
@@ -448,7 +447,7 @@ def market_summaries(gpu_models: list[str]) -> list[dict]:
     """Each market's public figures, in four queries whatever the number of markets (the
     market page and `GET /markets/` are the most read answers of the exchange)."""
     now = timezone.now()
-    offered = offered_gpus().filter(gpu_model__name__in=gpu_models)
+    offered = prices.gpus_for_sale(now=now).filter(gpu_model__name__in=gpu_models)
     totals = dict(offered.values_list("gpu_model__name").annotate(n=Count("id")).order_by())
     busy = dict(offered.filter(allocations__period__contains=now)
                 .values_list("gpu_model__name").annotate(n=Count("id", distinct=True)).order_by())

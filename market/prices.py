@@ -14,6 +14,7 @@ from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
 from market.models import GpuPrice
 from pool.models import Gpu
+from pool.services import offered_gpus
 
 SCOPE_KEYS = ("fabric", "gpu_model", "node", "leaf", "gpu")
 
@@ -28,6 +29,13 @@ class PriceError(Exception):
 class PriceChange:
     gpus_priced: int
     price_micros: int
+
+
+def gpus_for_sale(*, now: datetime | None = None) -> QuerySet[Gpu]:
+    """What the public market sells: offered GPUs in no private pool with a current price.
+    (A private pool's GPUs serve its own queues and are never for sale.)"""
+    return (offered_gpus(now=now).exclude(node__pools__kind="private")
+            .filter(prices__isnull=False, prices__superseded_at__isnull=True))
 
 
 def gpus_in_scope(*, provider: Organization, scope: dict) -> QuerySet[Gpu]:

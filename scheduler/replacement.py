@@ -93,7 +93,7 @@ class FreeIndex:
         rows = (
             offered_gpus().exclude(node_id__in=list(pool_of))
             # a repair is no new lease: the GPU's minimum lease applies to new leases only
-            .filter(Q(prices__superseded_at__isnull=True)
+            .filter(Q(prices__isnull=False, prices__superseded_at__isnull=True)
                     & (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=now)))
             .exclude(allocations__period__contains=now)
             .annotate(busy_from=Subquery(next_start))
