@@ -32,7 +32,7 @@ from market.models import (
 )
 
 REFUSAL_STATUS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "not_refundable": 409,
-                  "conflict": 409, "forbidden": 403}
+                  "conflict": 409, "forbidden": 403, "card_payments_not_configured": 409}
 
 
 def refusal(exc: services.MoneyError) -> Exception:

@@ -567,12 +567,23 @@ def _whole_cents(amount_micros: int, field: str = "amount") -> None:
         raise MoneyError("card payments move whole cents", field=field)
 
 
+CARD_PAYMENTS_OFF = ("card payments are not configured on this exchange (no Stripe key); an "
+                     "operator can grant credit instead")
+
+
+def card_payments_configured() -> bool:
+    """Whether top-ups by card can reach Stripe (STRIPE_API_KEY is set)."""
+    return bool(settings.STRIPE_API_KEY)
+
+
 @transaction.atomic
 def create_top_up(*, tenant: Organization, amount_micros: int, idempotency_key: str | None = None,
                   automatic: bool = False, actor: str = "system") -> TopUp:
     """Start a card top-up; a task creates its PaymentIntent after commit."""
     if not tenant.is_tenant:
         raise MoneyError("only tenants top up", code="forbidden")
+    if not card_payments_configured():
+        raise MoneyError(CARD_PAYMENTS_OFF, code="card_payments_not_configured")
     _whole_cents(amount_micros)
     if not settings.TOP_UP_MIN_MICROS <= amount_micros <= settings.TOP_UP_MAX_MICROS:
         raise MoneyError(f"top up between {to_dollars(settings.TOP_UP_MIN_MICROS)} and "

@@ -9,21 +9,25 @@ from django.utils import timezone
 from market import services, stripe_gateway
 from market.models import ConnectAccount, Payout, Refund, TopUp
 
+PAYMENT_INTENT_TRIES = 6
 
-@shared_task(name="market.create_payment_intent", autoretry_for=(stripe_gateway.StripeError,),
-             retry_backoff=True, max_retries=5)
-def create_payment_intent(top_up_id: int) -> str:
+
+@shared_task(name="market.create_payment_intent", bind=True, max_retries=PAYMENT_INTENT_TRIES - 1)
+def create_payment_intent(self, top_up_id: int) -> str:
     top_up = TopUp.objects.select_related("tenant").get(pk=top_up_id)
-    if top_up.payment_intent_id:
-        return top_up.payment_intent_id
+    if top_up.payment_intent_id or top_up.state != TopUp.State.CREATED:
+        return top_up.payment_intent_id or top_up.state
     try:
         intent = stripe_gateway.create_payment_intent(top_up)
     except stripe_gateway.StripeError as exc:
-        if exc.http_status and exc.http_status < 500 and exc.http_status != 429:
-            services.top_up_failed(top_up_id=top_up.pk, error=exc.user_message or str(exc),
-                                   actor="stripe")
-            return "refused"
-        raise
+        refused = exc.http_status and exc.http_status < 500 and exc.http_status != 429
+        if refused or self.request.retries >= self.max_retries:
+            # never left `created` for ever: the tenant reads why it failed
+            why = (exc.user_message or str(exc)) if refused else (
+                f"Stripe could not be reached after {self.request.retries + 1} tries: {exc}")
+            services.top_up_failed(top_up_id=top_up.pk, error=why, actor="stripe")
+            return "refused" if refused else "failed"
+        raise self.retry(exc=exc, countdown=2 ** self.request.retries) from None
     services.record_payment_intent(top_up=top_up, payment_intent_id=intent.id,
                                    client_secret=intent.client_secret)
     return intent.id

@@ -79,7 +79,8 @@ def account(request):
     if form.is_bound and not form.errors:
         form = TopUpForm(initial={"idempotency_key": uuid.uuid4().hex})
     return render(request, "web/account.html", {**_account_context(org, request.GET), "form": form,
-                                                 "top_up": current, **_stripe_js()},
+                                                 "top_up": current, **_stripe_js(),
+                                                 "cards": money.card_payments_configured()},
                   status=400 if form.errors else 200)
 
 

@@ -21,6 +21,7 @@ def test_a_top_up_reaches_stripe_from_a_worker_after_commit_and_the_webhook_cred
         celery_worker_process, stripe_server, settings, tenant, api_client):
     stripe_server.fake.reset()
     settings.STRIPE_API_BASE = stripe_server.url
+    settings.STRIPE_API_KEY = "sk_test_ibex"
     settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
 
     response = client_for(tenant).post("/api/v1/account/topups/", {"amount": "40.00"},

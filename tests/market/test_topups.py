@@ -217,3 +217,43 @@ def test_stripe_is_not_called_when_the_transaction_that_asked_rolls_back(
             raise Abandoned
 
     assert queued == [] and not fake_stripe.requests and not TopUp.objects.exists()
+
+
+def test_without_a_stripe_key_a_top_up_is_refused_saying_card_payments_are_off(
+        tenant_client, settings):
+    settings.STRIPE_API_KEY = ""
+
+    response = tenant_client.post("/api/v1/account/topups/", {"amount": "100.00"},
+                                  format="json", HTTP_IDEMPOTENCY_KEY="k-off")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "card_payments_not_configured"
+    assert "operator can grant credit" in response.json()["error"]["message"]
+    assert not TopUp.objects.exists()
+
+
+def test_a_top_up_that_cannot_reach_stripe_fails_with_a_reason_after_its_last_try(
+        fake_stripe, tenant, settings):
+    settings.STRIPE_API_BASE = "http://127.0.0.1:9"  # nothing listens (discard port)
+    created = services.create_top_up(tenant=tenant, amount_micros=100_000_000)
+
+    outcome = tasks.create_payment_intent.apply(
+        args=[created.pk], retries=tasks.PAYMENT_INTENT_TRIES - 1).get()
+
+    created.refresh_from_db()
+    assert outcome == "failed" and created.state == "failed"
+    assert created.last_error.startswith(
+        f"Stripe could not be reached after {tasks.PAYMENT_INTENT_TRIES} tries")
+
+
+def test_a_top_up_that_cannot_reach_stripe_is_retried_before_its_last_try(
+        fake_stripe, tenant, settings):
+    from celery.exceptions import Retry
+
+    settings.STRIPE_API_BASE = "http://127.0.0.1:9"
+    created = services.create_top_up(tenant=tenant, amount_micros=100_000_000)
+
+    with pytest.raises(Retry):
+        tasks.create_payment_intent.apply(args=[created.pk], throw=True).get()
+
+    assert TopUp.objects.get(pk=created.pk).state == "created"

@@ -1,8 +1,29 @@
 import re
 
+import pytest
+
 from market import services as money
 from market.invoices import months_with_activity
 from market.models import TopUp
+
+
+@pytest.fixture(autouse=True)
+def card_payments(settings):
+    """This exchange takes cards (a Stripe key is set; no call reaches Stripe here)."""
+    settings.STRIPE_API_KEY = "sk_test_ibex"
+
+
+def test_without_a_stripe_key_the_page_says_card_payments_are_off_and_refuses_a_top_up(
+        tenant_web, tenant, settings):
+    settings.STRIPE_API_KEY = ""
+
+    page = tenant_web.get("/app/account/").content.decode()
+    posted = tenant_web.post("/app/account/", {"amount": "100.00", "idempotency_key": "k1"})
+
+    assert 'id="cards-off"' in page and "Card payments are not configured" in page
+    assert "grant_credit --org acme-ai" in page
+    assert "Start top-up" not in page
+    assert posted.status_code == 400 and not TopUp.objects.exists()
 
 
 def test_the_account_page_shows_balances_ledger_and_invoice_months(tenant_web, tenant):
