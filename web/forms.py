@@ -4,6 +4,7 @@ from django import forms
 from django.contrib.auth.forms import UserCreationForm
 from django.utils.text import slugify
 
+from fabric.api import MAX_UPLOAD_BYTES
 from ibex.accounts.models import ApiKey, Organization
 from market.models import Lease, Order
 from market.money import BadAmount, to_micros
@@ -130,6 +131,27 @@ class PriceForm(forms.Form):
         if micros > 1_000 * 1_000_000:
             raise forms.ValidationError("At most $1,000.00 per GPU-hour.")
         return micros
+
+
+class FabricImportForm(forms.Form):
+    """A fabric file from the provider's subnet manager or Slurm (fabric.services)."""
+
+    name = forms.SlugField(max_length=100, label="Fabric name",
+                           help_text="Importing a name again updates that fabric.")
+    format = forms.ChoiceField(choices=[("ibnetdiscover", "ibnetdiscover output"),
+                                        ("slurm", "Slurm topology.conf")])
+    gpus_per_node = forms.IntegerField(min_value=0, max_value=64, initial=8,
+                                       label="GPUs per node")
+    file = forms.FileField(label="File")
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_UPLOAD_BYTES:
+            raise forms.ValidationError(f"The file is larger than {MAX_UPLOAD_BYTES:,} bytes.")
+        try:
+            return upload.read().decode("utf-8"), upload.name
+        except UnicodeDecodeError:
+            raise forms.ValidationError("The file is not UTF-8 text.") from None
 
 
 class PoolOrderForm(forms.Form):

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from fabric import services as fabric_services
 from fabric.models import Fabric
 from fabric.selectors import node_domains
 from ibex.accounts.models import ProviderProfile
@@ -20,7 +21,7 @@ from market.models import Allocation, ConnectAccount, Payout, UsageRecord
 from market.services import balances_of
 from pool.models import Gpu, Node
 from web.fabric_picture import NodeState, layout
-from web.forms import PriceForm
+from web.forms import FabricImportForm, PriceForm
 from web.orgs import provider_required
 from web.templatetags.web_tags import dollars
 
@@ -84,7 +85,7 @@ def _pictures(provider, nodes) -> list[dict]:
     return pictures
 
 
-def _page(request, form, status=200):
+def _page(request, form, status=200, fabric_form=None):
     provider = request.organization
     nodes = _fleet(provider)
     profile = ProviderProfile.objects.filter(organization=provider).first()
@@ -93,7 +94,8 @@ def _page(request, form, status=200):
               "unhealthy": sum(n.gpu_degraded + n.gpu_failed for n in nodes)}
     return render(request, "web/provider.html", {
         "org": provider, "profile": profile, "nodes": nodes, "totals": totals,
-        "pictures": _pictures(provider, nodes), "form": form}, status=status)
+        "pictures": _pictures(provider, nodes), "form": form,
+        "fabric_form": fabric_form or FabricImportForm()}, status=status)
 
 
 @provider_required
@@ -123,6 +125,31 @@ def set_price(request):
                                       f"{dollars(change.price_micros)} per GPU-hour.")
             return redirect("web:provider")
     return _page(request, form, status=400)
+
+
+@require_POST
+@provider_required
+def import_fabric(request):
+    form = FabricImportForm(request.POST, request.FILES)
+    if form.is_valid():
+        text, path = form.cleaned_data["file"]
+        try:
+            result = fabric_services.import_fabric_file(
+                owner=request.organization, name=form.cleaned_data["name"], text=text,
+                fmt=form.cleaned_data["format"], path=path,
+                gpus_per_node=form.cleaned_data["gpus_per_node"])
+        except fabric_services.FabricImportError as exc:
+            form.add_error("file", str(exc))  # the parser's message names the line
+        else:
+            verb = "imported" if result.created else "updated"
+            messages.success(request, f"Fabric {result.fabric.name} {verb}: "
+                                      f"{result.fabric.hosts.count()} hosts. Register your "
+                                      f"nodes on it next (POST /api/v1/nodes/bulk/).")
+            return redirect("web:provider")
+    fabric = Fabric.objects.filter(owner=request.organization).order_by("name").first()
+    return _page(request, PriceForm(initial={"scope_kind": "fabric",
+                                              "scope_value": fabric.name if fabric else ""}),
+                 status=400, fabric_form=form)
 
 
 PAYOUTS_PER_PAGE = 20
