@@ -107,6 +107,20 @@ class NodeCreateSerializer(StrictSerializer):
         return services.NodeSpec(**data)
 
 
+class NodeUpdateSerializer(StrictSerializer):
+    """What a provider may correct (PATCH); fabric and hostname are named only to be refused
+    clearly."""
+
+    cpu_cores = serializers.IntegerField(min_value=1, max_value=4096, required=False)
+    memory_gib = serializers.IntegerField(min_value=1, max_value=1_048_576, required=False)
+    os = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    driver_version = serializers.CharField(max_length=50, required=False, allow_blank=True)
+    gpu_model = serializers.CharField(max_length=40, required=False)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=64, required=False)
+    fabric = serializers.CharField(required=False)
+    hostname = serializers.CharField(required=False)
+
+
 class BulkNodeCreateSerializer(StrictSerializer):
     nodes = NodeCreateSerializer(many=True, allow_empty=False, max_length=MAX_BULK_NODES)
 
@@ -210,6 +224,21 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         form = NodeCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         return Response(self._register([form.to_spec()])[0], status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=NodeUpdateSerializer, responses=NodeSerializer,
+                   summary="Correct a node's description (its owner only)")
+    def partial_update(self, request, pk=None):
+        node = self.get_object()
+        if node.provider_id != organization_of(request).pk:
+            raise PermissionDenied("Only the node's provider corrects it.")
+        form = NodeUpdateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            services.update_node(node=node, actor=request.user.get_username(),
+                                 changes=dict(form.validated_data))
+        except services.NodeChangeRefused as exc:
+            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(request=BulkNodeCreateSerializer, responses={201: BulkRegisteredSerializer},
                    summary="Register up to 1,000 nodes at once, all or nothing")

@@ -196,6 +196,72 @@ NODE_TRANSITIONS = {
 }
 
 
+class NodeChangeRefused(Exception):
+    """A correction a node may not take; `field` names the input at fault."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+DESCRIPTIVE_FIELDS = ("cpu_cores", "memory_gib", "os", "driver_version")
+
+
+@transaction.atomic
+def update_node(*, node: Node, actor: str, changes: dict) -> Node:
+    """Correct what a provider registered: CPU cores, memory, OS and driver at any time; the GPU
+    model and count only while no lease holds the node now or later. Its fabric and hostname
+    never change (they are where it is: register it again)."""
+    locked = Node.objects.select_for_update().get(pk=node.pk)
+    for field in ("fabric", "hostname"):
+        if field in changes:
+            raise NodeChangeRefused(field, f"a node's {field} does not change: retire it and "
+                                           f"register it again")
+    if "gpu_model" in changes or "gpu_count" in changes:
+        field = "gpu_model" if "gpu_model" in changes else "gpu_count"
+        now = timezone.now()
+        if Gpu.objects.filter(node=locked, allocations__period__overlap=(now, None)).exists():
+            raise NodeChangeRefused(field, "the node is leased now or later: its GPUs change "
+                                           "only when no lease holds them")
+        if "gpu_model" in changes:
+            _change_gpu_model(locked, changes["gpu_model"])
+        if "gpu_count" in changes:
+            _change_gpu_count(locked, changes["gpu_count"])
+    updates = {f: changes[f] for f in DESCRIPTIVE_FIELDS if f in changes}
+    for field, value in updates.items():
+        setattr(locked, field, value)
+    if updates:
+        locked.save(update_fields=list(updates))
+    record_audit(action="node.update", target=locked, actor=actor,
+                 organization=locked.provider, details={k: changes[k] for k in sorted(changes)})
+    return locked
+
+
+def _change_gpu_model(node: Node, name: str) -> None:
+    model = GpuModel.objects.filter(name=name).first()
+    if model is None:
+        raise NodeChangeRefused("gpu_model", f"unknown GPU model {name!r}")
+    node.gpu_model = model
+    node.save(update_fields=["gpu_model"])
+    Gpu.objects.filter(node=node).update(gpu_model=model, memory_mib=model.memory_mib,
+                                         mig_capable=model.mig_capable,
+                                         health=Gpu.Health.UNKNOWN)  # until reported again
+
+
+def _change_gpu_count(node: Node, count: int) -> None:
+    have = Gpu.objects.filter(node=node).count()
+    if count < have:
+        extra = Gpu.objects.filter(node=node, index__gte=count)
+        if extra.filter(allocations__isnull=False).exists():
+            raise NodeChangeRefused("gpu_count", "the GPUs above that count have served leases: "
+                                                 "retire the node and register it again")
+        extra.delete()
+    Gpu.objects.bulk_create([
+        Gpu(node=node, index=index, gpu_model=node.gpu_model,
+            memory_mib=node.gpu_model.memory_mib, mig_capable=node.gpu_model.mig_capable)
+        for index in range(have, count)])
+
+
 @transaction.atomic
 def change_node_state(*, node: Node, to_state: str, actor: str, reason: str) -> Node:
     """The one way a node's state changes: re-checked under the row lock, with history."""

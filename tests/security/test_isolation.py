@@ -107,7 +107,8 @@ def _world(name: str) -> dict:
 
 
 @pytest.fixture
-def worlds(db):
+def worlds(db, settings):
+    settings.STRIPE_API_KEY = "sk_test_ibex"  # the worlds hold a top-up each
     pool.ensure_gpu_catalogue()
     return {"alpha": _world("alpha"), "beta": _world("beta")}
 

@@ -67,7 +67,8 @@ def test_draining_a_node_through_the_api_names_the_key_and_address(db):
     assert entry.details["from"] == "active"
 
 
-def test_money_moved_by_stripe_and_tasks_is_recorded_as_theirs(db):
+def test_money_moved_by_stripe_and_tasks_is_recorded_as_theirs(db, settings):
+    settings.STRIPE_API_KEY = "sk_test_ibex"
     tenant = make_org("acme-ai", "tenant")
     top_up = market.create_top_up(tenant=tenant, amount_micros=50_000_000)
 
