@@ -256,6 +256,8 @@ LOGGING = {
 
 # --- pool -------------------------------------------------------------------------------------
 NODE_HEARTBEAT_INTERVAL_S = env_int("NODE_HEARTBEAT_INTERVAL_S", 15)
+# Reserved orders must start within this many days (the market's horizon).
+MARKET_HORIZON_DAYS = env_int("MARKET_HORIZON_DAYS", 90)
 # A node silent for longer than its interval plus this is not chosen for new placements.
 HEARTBEAT_GRACE_S = env_int("HEARTBEAT_GRACE_S", 10)
 # A heartbeat answer that asks a node to start a lease asks for the next heartbeat this soon.

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
+from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
@@ -113,9 +114,24 @@ def _check_size(request: OrderRequest) -> None:
                          f"(the largest has {largest})", field="gpus")
 
 
+def _check_window(request: OrderRequest, now: datetime) -> None:
+    """A start window must not have passed and must start within the market's horizon
+    (MARKET_HORIZON_DAYS, the operator's)."""
+    if request.start_latest is None:
+        return
+    if request.start_latest <= now:
+        raise OrderError(f"the start window ended at {request.start_latest:%Y-%m-%d %H:%M} "
+                         f"UTC, in the past", field="start_window")
+    horizon = now + timedelta(days=settings.MARKET_HORIZON_DAYS)
+    if request.start_earliest is not None and request.start_earliest > horizon:
+        raise OrderError(f"the start window must begin within {settings.MARKET_HORIZON_DAYS} "
+                         f"days (by {horizon:%Y-%m-%d %H:%M} UTC)", field="start_window")
+
+
 def _check(request: OrderRequest) -> None:
     _check_models(request)
     _check_size(request)
+    _check_window(request, timezone.now())
 
 
 @retry_on_deadlock

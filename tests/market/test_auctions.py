@@ -147,14 +147,17 @@ def test_a_spot_lease_priced_out_gets_a_notice_then_ends(market):
     assert Lease.objects.get(pk=lease.pk).state == "preempted"
 
 
-def test_a_reserved_order_starts_at_its_window_and_expires_when_it_passes(market):
-    soon = timezone.now() + timedelta(hours=3)
+def test_a_reserved_order_starts_at_its_window_and_expires_when_it_passes(market,
+                                                                          time_machine):
+    now = timezone.now()
+    time_machine.move_to(now, tick=False)
+    soon = now + timedelta(hours=3)
     tenant = funded_tenant("plan-ai")
     reserved = bid(tenant, 8, 3_000_000, tier="reserved", start_earliest=soon,
                    start_latest=soon + timedelta(hours=1))
-    late = bid(tenant, 8, 3_000_000, tier="reserved",
-               start_earliest=timezone.now() - timedelta(hours=2),
-               start_latest=timezone.now() - timedelta(hours=1))
+    late = bid(tenant, 8, 3_000_000, tier="reserved", start_earliest=now + timedelta(minutes=1),
+               start_latest=now + timedelta(minutes=2))
+    time_machine.move_to(now + timedelta(minutes=5), tick=False)  # its window passed, unfilled
 
     auctions.clear_markets()
 

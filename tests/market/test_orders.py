@@ -147,6 +147,12 @@ def test_a_filled_on_demand_order_takes_a_bounded_number_of_queries(
     ({"tier": "reserved", "start_window": {"earliest": "2026-12-02T00:00:00Z",
                                            "latest": "2026-12-01T00:00:00Z"}},
      "start_window.latest"),
+    ({"tier": "reserved", "start_window": {"earliest": "2001-01-01T00:00:00Z",
+                                           "latest": "2001-01-02T00:00:00Z"}},
+     "start_window"),  # long past
+    ({"tier": "reserved", "start_window": {"earliest": "9999-01-01T00:00:00Z",
+                                           "latest": "9999-01-02T00:00:00Z"}},
+     "start_window"),  # beyond the market's horizon
     ({"topology": {"required": "rack"}}, "topology.required"),
     ({"colour": "green"}, "colour"),
 ])

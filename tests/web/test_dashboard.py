@@ -122,3 +122,16 @@ def test_leases_and_orders_are_paged_and_the_poll_keeps_the_page(tenant_web, ten
     assert 'href="?leases=2" rel="next"' in first
     assert 'hx-get="/app/activity/?leases=2"' in second
     assert tenant_web.get("/app/activity/?leases=2").content.decode().count("data-lease=") == 2
+
+
+def test_a_reserved_window_beyond_the_horizon_is_refused_next_to_the_field(tenant_web, tenant,
+                                                                           provider):
+    from market.models import Order
+
+    response = tenant_web.post("/app/", {**ORDER, "tier": "reserved",
+                                         "start_earliest": "9999-01-01T00:00",
+                                         "start_latest": "9999-01-02T00:00"})
+
+    assert response.status_code == 400
+    assert "must begin within 90 days" in response.content.decode()
+    assert not Order.objects.exists()
