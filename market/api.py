@@ -42,22 +42,18 @@ def refusal(exc: services.MoneyError) -> Exception:
     return ApiError(exc.message, code=exc.code, status_code=REFUSAL_STATUS.get(exc.code, 400))
 
 
-@extend_schema_field({"type": "string", "pattern": r"^-?\d+\.\d{2,6}$", "example": "123.45"})
+@extend_schema_field({"type": "string", "pattern": money.DOLLARS_PATTERN, "example": "123.45"})
 class DollarsField(serializers.Field):
-    """Money as a decimal string of dollars; micro-dollars inside."""
-
-    default_error_messages = {"invalid": "Write amounts as decimal strings, like \"100.00\"."}
+    """Money as a decimal string of dollars (money.parse_dollars); micro-dollars inside."""
 
     def to_representation(self, micros):
         return money.to_dollars(micros)
 
     def to_internal_value(self, data):
-        if isinstance(data, float | bool) or not isinstance(data, str | int):
-            self.fail("invalid")
         try:
-            return money.to_micros(data)
-        except money.BadAmount:
-            self.fail("invalid")
+            return money.parse_dollars(data)
+        except money.BadAmount as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 def _require(request, scope: str) -> None:

@@ -6,6 +6,7 @@ the API prints decimal strings with two decimals when exact, more (up to six) wh
 Floats are refused: they cannot say 0.10 exactly.
 """
 
+import re
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 MICROS_PER_DOLLAR = 1_000_000
@@ -31,6 +32,29 @@ def to_micros(dollars: str | int | Decimal) -> int:
     if abs(value) >= MAX_DOLLARS:
         raise BadAmount(f"amounts are under {MAX_DOLLARS:,} dollars")
     return int(value.quantize(_MICRO, rounding=ROUNDING) * MICROS_PER_DOLLAR)
+
+
+# What people and programs may write (the API schema's pattern for amounts): plain decimals,
+# at most six places (a micro-dollar), no exponent, no grouping.
+DOLLARS_PATTERN = r"^-?\d+(\.\d{1,6})?$"
+_DOLLARS = re.compile(DOLLARS_PATTERN)
+
+
+def parse_dollars(text: str | int) -> int:
+    """An amount typed by a person or sent by a program → micro-dollars, or BadAmount saying
+    exactly what is wrong. Nothing is rounded away: "2.5000001" is refused, not cut."""
+    if isinstance(text, bool) or not isinstance(text, str | int):
+        raise BadAmount('Write amounts as decimal strings, like "100.00".')
+    text = str(text).strip()
+    if not _DOLLARS.match(text):
+        if re.fullmatch(r"-?\d+\.\d{7,}", text):
+            raise BadAmount(f"{text!r} has more than 6 decimals: amounts go to the "
+                            f"micro-dollar (0.000001).")
+        raise BadAmount(f"{text!r} is not a plain decimal amount: write digits with an "
+                        f'optional point, like "2.50" (no exponent, sign or separators).')
+    if abs(Decimal(text)) >= MAX_DOLLARS:
+        raise BadAmount(f"amounts are under {MAX_DOLLARS:,} dollars")
+    return to_micros(text)
 
 
 def to_dollars(micros: int) -> str:

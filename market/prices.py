@@ -65,8 +65,8 @@ def gpus_in_scope(*, provider: Organization, scope: dict) -> QuerySet[Gpu]:
 def set_prices(*, provider: Organization, scope: dict, price_micros: int, actor: str,
                offered_from: datetime | None = None, offered_until: datetime | None = None,
                min_lease_hours: int = 1) -> PriceChange:
-    if price_micros < 0:
-        raise PriceError("price_per_gpu_hour", "A price cannot be negative.")
+    if price_micros <= 0:
+        raise PriceError("price_per_gpu_hour", "A price must be above zero.")
     if offered_from and offered_until and offered_until <= offered_from:
         raise PriceError("offered_until", "The window must end after it starts.")
     # Lock the GPUs in a fixed order so that two price changes over one GPU serialise.

@@ -7,7 +7,7 @@ from django.utils.text import slugify
 from fabric.api import MAX_UPLOAD_BYTES
 from ibex.accounts.models import ApiKey, Organization
 from market.models import Lease, Order
-from market.money import BadAmount, to_micros
+from market.money import BadAmount, parse_dollars
 from pool.models import GpuModel, PriorityClass
 
 LEVEL_CHOICES = [("", "anywhere"), ("node", "one node"), ("leaf", "one leaf"),
@@ -41,9 +41,9 @@ class DollarsField(forms.CharField):
         if value in self.empty_values:
             return None
         try:
-            micros = to_micros(value)
-        except BadAmount:
-            raise forms.ValidationError("Enter an amount in dollars, such as 2.50.") from None
+            micros = parse_dollars(value)
+        except BadAmount as exc:
+            raise forms.ValidationError(f"{exc}") from None
         if micros < 0:
             raise forms.ValidationError("An amount cannot be negative.")
         return micros

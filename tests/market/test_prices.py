@@ -128,3 +128,46 @@ def test_concurrent_price_changes_leave_exactly_one_current_price_per_gpu():
     assert GpuPrice.objects.filter(superseded_at__isnull=True).count() == 32
     assert GpuPrice.objects.count() == 8 * 32
     assert len(set(current(provider).values())) == 1
+
+
+@pytest.mark.parametrize("price, says", [
+    ("1e3", "is not a plain decimal amount"),
+    ("2.5000001", "has more than 6 decimals"),
+    ("0.00", "A price must be above zero."),
+    ("0", "A price must be above zero."),
+    ("99999999999999999999", "amounts are under 1,000,000,000,000 dollars"),
+    ("1,000.00", "is not a plain decimal amount"),
+    (" ", "is not a plain decimal amount"),
+    (True, "Write amounts as decimal strings"),
+])
+def test_each_bad_price_gets_its_own_message_and_changes_nothing(provider_client, provider,
+                                                                 price, says):
+    response = set_price(provider_client, {"fabric": "lab"}, price=price)
+
+    assert response.status_code == 400
+    assert says in response.json()["error"]["fields"]["price_per_gpu_hour"][0]
+    assert GpuPrice.objects.count() == 0
+
+
+@pytest.mark.parametrize("price, micros", [("2", 2_000_000), ("2.5", 2_500_000),
+                                           ("2.000001", 2_000_001), (3, 3_000_000)])
+def test_plain_decimals_up_to_the_micro_dollar_are_taken_exactly(provider_client, provider,
+                                                                price, micros):
+    assert set_price(provider_client, {"fabric": "lab"}, price=price).status_code in (200, 201)
+    assert set(current(provider).values()) == {micros}
+
+
+def test_the_schema_states_the_pattern_the_parser_applies(client, db):
+    import re
+
+    import yaml
+
+    from market.money import DOLLARS_PATTERN
+
+    schema = yaml.safe_load(client.get("/api/v1/schema/").content)
+    patterns = {prop["pattern"] for component in schema["components"]["schemas"].values()
+                for name, prop in component.get("properties", {}).items()
+                if name == "price_per_gpu_hour" and "pattern" in prop}
+    assert patterns == {DOLLARS_PATTERN}
+    pattern = DOLLARS_PATTERN
+    assert re.match(pattern, "2.50") and not re.match(pattern, "1e3")
