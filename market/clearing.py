@@ -48,6 +48,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any, Protocol, TextIO
 
+from market.money import to_dollars
+
 MICROS_PER_DOLLAR = 1_000_000
 ONE_MICRO = Decimal("0.000001")
 EXACT_MAX_BIDS = 60
@@ -328,6 +330,11 @@ class Stock:
             self._next_tier += 1
         self._show(dict.fromkeys(touched), cap)
 
+    def lowest_unsold_reserve(self) -> int | None:
+        """The cheapest reserve price among the GPUs not sold yet (None: all sold)."""
+        return min((prices[self.sold[name]] for name, prices in self.prices.items()
+                    if self.sold[name] < len(prices)), default=None)
+
     def set_cap(self, cap: int) -> None:
         """Show exactly the unsold GPUs priced at or below `cap` (visits every node)."""
         self._show(self.prices, cap)
@@ -454,8 +461,14 @@ def clear_market(
         stock.lower_cap(bid.limit_micros)
         assignment, reason = stock.placer.place(bid)
         if assignment is None:
-            if stock.withheld_gpus:
-                reason += f"; reserve above limit: {_gpus(stock.withheld_gpus)}"
+            lowest = stock.lowest_unsold_reserve()
+            if lowest is not None and bid.limit_micros < lowest:
+                reason = (f"the limit {to_dollars(bid.limit_micros)} is below the lowest reserve "
+                          f"price in this market, {to_dollars(lowest)} per GPU-hour")
+            elif stock.withheld_gpus:
+                reason += (f"; {_gpus(stock.withheld_gpus)} more "
+                           f"{'is' if stock.withheld_gpus == 1 else 'are'} priced above the "
+                           f"limit of {to_dollars(bid.limit_micros)}")
             refusal = RefusedBid(bid, reason)
             refused.append(refusal)
             smallest_refused[constraint] = refusal

@@ -228,7 +228,8 @@ def test_a_bid_only_takes_gpus_whose_reserve_is_at_or_below_its_limit():
     market = clear(nodes, [bid("under", 2, "2.49"), bid("at", 2, "2.50")])
     # "at" (2.50) goes first and takes two; "under" sees none of the rest
     assert accepted_ids(market) == ["at"]
-    assert market.refused[0].reason == "only 0 of 2 GPUs fit; reserve above limit: 2 GPUs"
+    assert market.refused[0].reason == ("the limit 2.49 is below the lowest reserve price in "
+                                        "this market, 2.50 per GPU-hour")
 
 
 def test_on_a_node_a_winner_gets_the_cheapest_gpus_within_its_limit():
@@ -452,3 +453,12 @@ def test_clear_market_is_deterministic_on_a_larger_random_snapshot():
     first = clear_market(LEVELS, nodes, bids, DomainPlacer, H100)
     assert first == clear_market(LEVELS, nodes[::-1], bids[::-1], DomainPlacer, H100)
     assert first.gpus_sold <= sum(node.free_gpus for node in nodes)
+
+
+def test_a_bid_below_every_reserve_is_told_the_lowest_reserve():
+    nodes = [offer("s1/l1/n1", "3.66", "3.66", "4.00", "4.00")]
+
+    market = clear(nodes, [bid("low", 8, "2.00")])
+
+    assert market.refused[0].reason == ("the limit 2.00 is below the lowest reserve price in "
+                                        "this market, 3.66 per GPU-hour")

@@ -69,8 +69,9 @@ def test_an_auction_clears_to_json_with_prices_as_decimal_strings():
             ],
             "refused": [
                 {"id": "b", "reason": "only 7 of 8 GPUs fit within one leaf; "
-                                      "reserve above limit: 1 GPU"},
-                {"id": "7", "reason": "only 1 of 2 GPUs fit; reserve above limit: 3 GPUs"},
+                                      "1 GPU more is priced above the limit of 2.40"},
+                {"id": "7", "reason": "only 1 of 2 GPUs fit; 3 GPUs more are priced above the "
+                                      "limit of 1.10"},
             ],
             "exact": {"welfare": "26.80", "greedy_welfare": "26.80", "gap": "0.000000",
                       "optimal": True},

@@ -91,7 +91,8 @@ def test_bids_are_placed_best_fit_within_their_required_level_in_descending_pric
     }
     # at 1.60 only n3 (4) and n5's last GPU are left; n4's 3.00 GPU is kept back
     assert reasons(market) == {
-        "node8": "only 4 of 8 GPUs fit within one node; reserve above limit: 1 GPU"}
+        "node8": "only 4 of 8 GPUs fit within one node; 1 GPU more is priced above the limit "
+                 "of 1.60"}
     # the refused 1.60 is raised to the dearest reserve sold (2.00 on l1)
     assert dollars(market.clearing_price_micros) == Decimal("2.00")
     assert {a.bid.id: dollars(a.price_micros) for a in market.accepted} == {
@@ -107,7 +108,8 @@ def test_a_refusal_gives_the_engines_reason_and_the_gpus_kept_back_by_reserve():
     assert assignments(market)["fill"] == {"n1": 8, "n2": 8}
     assert assignments(market)["leaf7"] == {"n5": 7}  # l3 (8) fits; l2 has 6 at <= 2.50
     assert reasons(market) == {
-        "cheap7": "only 6 of 7 GPUs fit within one leaf; reserve above limit: 2 GPUs"}
+        "cheap7": "only 6 of 7 GPUs fit within one leaf; 2 GPUs more are priced above the "
+                  "limit of 1.20"}
 
 
 def test_whole_node_slices_only_count_nodes_with_a_full_slice_free():
