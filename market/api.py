@@ -326,7 +326,9 @@ class InvoiceSerializer(serializers.Serializer):
     organization = serializers.CharField(source="organization.slug")
     month = serializers.DateField(format="%Y-%m")
     lines = InvoiceLineSerializer(many=True)
-    credits = CreditLineSerializer(many=True)
+    credits = CreditLineSerializer(many=True, help_text="SLA credits: taken off the total")
+    payments = CreditLineSerializer(many=True, help_text="top-ups and credit grants paid in "
+                                                         "this month: not part of the total")
     usage = DollarsField(source="usage_micros")
     credits_total = DollarsField(source="credits_micros")
     total = DollarsField(source="total_micros")
@@ -399,6 +401,7 @@ class InvoiceView(APIView):
                            "price": d(line.price_per_gpu_hour_micros),
                            "amount": d(line.amount_micros)} for line in invoice.lines],
                 "credits": [{**c, "amount": d(c["amount_micros"])} for c in invoice.credits],
+                "payments": [{**c, "amount": d(c["amount_micros"])} for c in invoice.payments],
                 "usage": d(invoice.usage_micros), "credits_total": d(invoice.credits_micros),
                 "total": d(invoice.total_micros)})
         return Response(InvoiceSerializer(invoice).data)

@@ -135,18 +135,27 @@ class LeaseSerializer(serializers.ModelSerializer):
     max_price_per_gpu_hour = DollarsField(source="max_price_micros")
     gpus = serializers.SerializerMethodField()
     locality = serializers.SerializerMethodField()
+    ended_at = serializers.SerializerMethodField()
     events = LeaseEventSerializer(many=True)
 
     class Meta:
         model = Lease
         fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
-                  "preempt_at", "allow_moves", "created_at", "events"]
+                  "ended_at", "preempt_at", "allow_moves", "created_at", "events"]
 
     @extend_schema_field(LeaseGpuSerializer(many=True))
     def get_gpus(self, lease) -> list[dict]:
         """The GPUs it holds now (earlier placements are in its events)."""
         return [{"node": a.gpu.node.hostname, "index": a.gpu.index} for a in in_force(lease)]
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_ended_at(self, lease):
+        """When it actually ended (terminated, completed, preempted, failed); null while it
+        runs. `ends_at` stays the planned end."""
+        if lease.state not in leasing.ENDED:
+            return None
+        return serializers.DateTimeField().to_representation(lease.state_changed_at)
 
     @extend_schema_field(LocalitySerializer)
     def get_locality(self, lease) -> dict:

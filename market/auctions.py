@@ -155,6 +155,7 @@ def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
         max_price_micros=order.max_price_micros,
         locality=leasing.locality_of(keys),
         actor="market", allow_moves=order.allow_moves,
+        reason=f"order {order.pk} won at {now:%Y-%m-%d %H:%M} UTC's clearing",
     )
 
 

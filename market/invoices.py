@@ -45,6 +45,8 @@ class Invoice:
     month: date
     lines: list[InvoiceLine]
     credits: list[dict] = field(default_factory=list)  # {"cause", "memo", "amount_micros"}
+    # money paid in (card top-ups, credit grants): not usage credits, so not in the total
+    payments: list[dict] = field(default_factory=list)
 
     @property
     def usage_micros(self) -> int:
@@ -74,15 +76,22 @@ def invoice_for(*, tenant: Organization, month: date) -> Invoice:
     lines = [InvoiceLine(lease_ref=row["lease_ref"], gpu_hours=_gpu_hours(row["gpu_seconds"]),
                          price_per_gpu_hour_micros=row["price"], amount_micros=row["amount"],
                          minutes=row["minutes"]) for row in rows]
-    credits = [
+    credits = _entries(tenant, start, end, [Cause.SLA_CREDIT])
+    payments = _entries(tenant, start, end, [Cause.GRANT, Cause.TOP_UP])
+    return Invoice(organization=tenant, month=month, lines=lines, credits=credits,
+                   payments=payments)
+
+
+def _entries(tenant: Organization, start, end, causes: list[str]) -> list[dict]:
+    """The tenant's available-balance entries of these causes in [start, end)."""
+    return [
         {"cause": e.transaction.cause, "memo": e.transaction.memo, "at": e.created_at,
          "amount_micros": e.amount_micros}
         for e in Entry.objects.filter(
             account__organization=tenant, account__kind=Kind.TENANT_AVAILABLE,
-            transaction__cause__in=[Cause.GRANT, Cause.SLA_CREDIT],
-            created_at__gte=start, created_at__lt=end).select_related("transaction").order_by("id")
+            transaction__cause__in=causes, created_at__gte=start, created_at__lt=end)
+        .select_related("transaction").order_by("id")
     ]
-    return Invoice(organization=tenant, month=month, lines=lines, credits=credits)
 
 
 @dataclass(frozen=True)

@@ -158,14 +158,15 @@ def _release_from(lease: Lease, moment: datetime) -> None:
 def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[GpuChoice],
                  starts_at: datetime, ends_at: datetime, price_micros: int,
                  max_price_micros: int, locality: dict, actor: str,
-                 allow_moves: bool = False) -> Lease:
-    """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable."""
+                 allow_moves: bool = False, reason: str = "created") -> Lease:
+    """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable; `reason`
+    says how it was won, for its history."""
     lease = Lease.objects.create(
         tenant=tenant, tier=tier, gpu_model=gpu_model, gpu_count=len(gpus),
         price_micros=price_micros, max_price_micros=max_price_micros, starts_at=starts_at,
         ends_at=ends_at, locality=locality, allow_moves=allow_moves,
     )
-    LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason="won")
+    LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason=reason)
     period = DateTimeTZRange(starts_at, ends_at)
     try:
         with transaction.atomic():

@@ -338,6 +338,7 @@ def _lease_for(order: Order, found: FoundGpus, start, end, actor) -> Lease:
         tenant=order.tenant, tier=order.tier, gpu_model=found.gpu_model, gpus=found.choices(),
         starts_at=start, ends_at=end, price_micros=found.price_micros(order.max_price_micros),
         max_price_micros=order.max_price_micros, locality=found.locality(), actor=actor,
+        reason=f"order {order.pk} matched at posted prices",
         allow_moves=order.allow_moves,
     )
 

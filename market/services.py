@@ -344,6 +344,15 @@ def usage_charge_micros(*, price_per_gpu_hour_micros: int, gpus: int, seconds: i
     return divide_rounded(price_per_gpu_hour_micros * gpus * seconds, 3600)
 
 
+def usage_memo(lease_ref: str, payee: Organization, gpus: int, price_micros: int,
+               minute: datetime) -> str:
+    """"lease 4: 8 GPUs of campus-gpus at $1.29/GPU-hour, 2026-11-03 10:00 UTC" (a lease_ref is
+    `L-<id>:<provider>:<price>`, one per provider and price of a lease)."""
+    lease = lease_ref.split(":", 1)[0].removeprefix("L-")
+    return (f"lease {lease}: {gpus} GPU{'s' if gpus != 1 else ''} of {payee.slug} at "
+            f"${to_dollars(price_micros)}/GPU-hour, {minute:%Y-%m-%d %H:%M} UTC")
+
+
 @transaction.atomic
 def record_usage(*, lease_ref: str, payer: Organization, payee: Organization,
                  price_per_gpu_hour_micros: int, seconds: int, minute: datetime,
@@ -376,7 +385,8 @@ def record_usage(*, lease_ref: str, payer: Organization, payee: Organization,
     if charge:
         tx, split = _charge(tenant=payer, payee=payee, charge_micros=charge, order_ref=order_ref,
                             cause=Cause.USAGE, source_type="usage", source_id=str(record.pk),
-                            actor="metering", memo=f"lease {lease_ref} {minute:%Y-%m-%d %H:%M}")
+                            actor="metering", memo=usage_memo(lease_ref, payee, gpus,
+                                                              price_per_gpu_hour_micros, minute))
         record.transaction, record.fee_micros = tx, split.fee_micros
         record.held_back_micros = split.held_back_micros
         record.save(update_fields=["transaction", "fee_micros", "held_back_micros"])

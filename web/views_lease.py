@@ -94,7 +94,7 @@ def extend(request, lease_id: int):
         messages.error(request, f"Lease {lease.pk} not extended: {exc}.")
     else:
         messages.success(request, f"Lease {lease.pk} extended by {hours} h; it now ends "
-                                  f"{timezone.localtime(lease.ends_at):%b %-d, %H:%M}.")
+                                  f"{timezone.localtime(lease.ends_at):%b %-d %Y, %H:%M}.")
     return _after_action(request, lease)
 
 

@@ -95,3 +95,24 @@ def test_an_sla_credit_comes_from_the_providers_hold_back_first(tenant, provider
 
     assert balance(provider, Account.Kind.PROVIDER_HELD_BACK) == 0
     assert balance(None, Account.Kind.SLA_CREDITS) == -568_000
+
+
+def test_a_credit_grant_is_a_payment_not_a_credit_against_usage(tenant, provider, tenant_client):
+    fund(tenant, "50000.00", reason="welcome grant")
+    run_lease(tenant, provider, "lease-a", 30)  # 9.60
+
+    body = tenant_client.get("/api/v1/account/invoices/2026-11/").json()
+
+    assert body["credits"] == [] and body["credits_total"] == "0.00"
+    assert [(p["cause"], p["amount"]) for p in body["payments"]] == [("grant", "50000.00")]
+    assert body["total"] == "9.60"
+
+
+def test_usage_memos_read_as_a_person_would_write_them(tenant, provider):
+    from market.models import LedgerTransaction
+
+    fund(tenant, "100.00")
+    run_lease(tenant, provider, "L-4:hpc-provider:2400000", 1)
+
+    memo = LedgerTransaction.objects.filter(cause="usage").get().memo
+    assert memo == "lease 4: 8 GPUs of hpc-provider at $2.40/GPU-hour, 2026-11-03 10:00 UTC"

@@ -399,7 +399,7 @@ def _active_pool_lease(org, pool, gpus=8) -> Lease:
 
 def test_a_failed_gpu_of_a_pool_lease_is_replaced_from_its_own_pool(campus, physics):
     prices.set_prices(provider=provider_with_nodes(slug="market-hpc", nodes=2, fabric="mkt"),
-                      scope={"fabric": "mkt"}, price_micros=0, actor="t")  # free, elsewhere
+                      scope={"fabric": "mkt"}, price_micros=1, actor="t")  # all but free
     Node.objects.filter(provider__slug="market-hpc").update(state="active")
     lease = _active_pool_lease(physics, campus, gpus=4)
     failed = Allocation.objects.filter(lease=lease).first().gpu

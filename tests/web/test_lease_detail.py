@@ -172,3 +172,38 @@ def test_a_pool_lease_names_its_queue(tenant_web, tenant, campus_pool):
     page = tenant_web.get(f"/app/leases/{lease.pk}/").content.decode()
 
     assert "Pool queue</dt><dd><code>acme-train</code>" in page
+
+
+def test_a_terminated_lease_shows_when_it_ended_not_its_planned_end(tenant_web, tenant,
+                                                                    provider, time_machine):
+    from market import leasing
+
+    lease = _lease(tenant_web, tenant)
+    time_machine.move_to(lease.created_at + timedelta(minutes=20), tick=False)
+    leasing.terminate_lease(lease=lease, actor="acme-ai")
+    lease.refresh_from_db()
+
+    page = tenant_web.get(f"/app/leases/{lease.pk}/").content.decode()
+
+    ended = timezone.localtime(lease.state_changed_at)
+    assert f'<dt>Ended</dt><dd id="lease-ends">{ended:%b %-d %Y, %H:%M}' in page
+    assert "(planned " in page
+
+
+def test_the_first_event_says_how_the_lease_was_won_and_dates_have_a_year(tenant_web, tenant,
+                                                                        provider):
+    lease = _lease(tenant_web, tenant)
+
+    page = tenant_web.get(f"/app/leases/{lease.pk}/").content.decode()
+
+    assert lease.events.first().reason == f"order {lease.order.pk} matched at posted prices"
+    assert f"{timezone.localtime(lease.starts_at):%b %-d %Y}" in page
+
+
+def test_amounts_on_pages_are_to_the_cent():
+    from web.templatetags.web_tags import dollars
+
+    assert dollars(48_777_123_456) == "$48,777.12"
+    assert dollars(2_500_000) == "$2.50"
+    assert dollars(33_333) == "$0.03" and dollars(4_000) == "<$0.01" and dollars(0) == "$0.00"
+    assert dollars(-1_235_000) == "-$1.24"

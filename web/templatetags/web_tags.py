@@ -1,19 +1,23 @@
 from django import template
 
-from market.money import divide_rounded, to_dollars
+from market.money import divide_rounded
 
 register = template.Library()
 
 
 @register.filter
 def dollars(micros) -> str:
-    """Micro-dollars as "$1,234.50"."""
+    """Micro-dollars as people read money: "$1,234.50", to the cent (half to even); an amount
+    under a cent that is not zero is "<$0.01". (The API keeps every micro-dollar.)"""
     if micros is None or micros == "":
         return "—"
-    text = to_dollars(int(micros))
-    sign = "-" if text.startswith("-") else ""
-    whole, _, fraction = text.lstrip("-").partition(".")
-    return f"{sign}${int(whole):,}.{fraction}"
+    micros = int(micros)
+    cents = divide_rounded(micros, 10_000)
+    sign = "-" if micros < 0 else ""
+    if cents == 0 and micros != 0:
+        return f"{sign}<$0.01"
+    whole, fraction = divmod(abs(cents), 100)
+    return f"{sign}${whole:,}.{fraction:02d}"
 
 
 BADGES = {
