@@ -11,6 +11,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.http import JsonResponse
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -81,3 +83,8 @@ def readyz(request):
     ready = all(check["ok"] for check in checks.values())
     body = {"status": "ok" if ready else "fail", "checks": checks, "beat_age_s": beat_age_s()}
     return JsonResponse(body, status=200 if ready else 503)
+
+
+def favicon(request):
+    """Browsers ask every site for /favicon.ico: send them to the icon the pages name."""
+    return redirect(static("web/favicon.svg"), permanent=True)

@@ -66,9 +66,12 @@ def port_is_free(host: str, port: int) -> bool:
 
 def children(host: str, port: int) -> dict[str, list[str]]:
     python = sys.executable
+    (var_dir() / "demo").mkdir(parents=True, exist_ok=True)  # the web's access log
     return {
+        # the access log (every agent heartbeat) goes to a file, not over the terminal
         "web": [python, "-m", "gunicorn", "ibex.wsgi:application", "--bind", f"{host}:{port}",
-                "--workers", os.environ.get("WEB_CONCURRENCY", "2"), "--access-logfile", "-"],
+                "--workers", os.environ.get("WEB_CONCURRENCY", "2"),
+                "--access-logfile", str(var_dir() / "demo" / "access.log")],
         # no -Q: the default queue and every placement partition (scheduler/routing.py)
         "worker": [python, "-m", "celery", "-A", "ibex", "worker", "--loglevel", "info",
                    "--concurrency", "2", "--hostname", f"demo-{os.getpid()}@%h"],
@@ -90,19 +93,21 @@ def wait_for_web(host: str, port: int, web: subprocess.Popen, timeout_s: float =
     raise ConfigError(f"the web server did not start listening on {host}:{port}")
 
 
-def simulated_agents(host: str, port: int) -> dict[str, list[str]]:
-    """One `ibex-agent simulate` per seeded provider, heartbeating its whole fabric."""
+def simulated_agents(host: str, port: int) -> dict[str, tuple[list[str], str]]:
+    """One `ibex-agent simulate` per seeded provider, heartbeating its whole fabric: its
+    command line and its provider key (passed as IBEX_API_KEY, never on the command line,
+    where `ps` would show it)."""
     credentials = json.loads((var_dir() / "demo" / "credentials.json").read_text())
     agents = {}
     for slug, entry in sorted(credentials.items()):
-        if entry["role"] != "provider":
+        if entry["role"] != "provider" or not entry.get("fabric"):
             continue
-        agents[f"agents:{slug}"] = [
+        agents[f"agents:{slug}"] = ([
             sys.executable, "-m", "agent", "simulate", "--api", f"http://{host}:{port}",
-            "--key", entry["key"], "--fabric", entry["fabric"], "--hosts", entry["hosts"],
+            "--fabric", entry["fabric"], "--hosts", entry["hosts"],
             "--gpu-model", entry["gpu_model"], "--gpus", "8", "--quiet",
             "--control", str(var_dir() / "demo" / f"{slug}-control.json"),
-        ]
+        ], entry["key"])
     return agents
 
 
@@ -147,13 +152,15 @@ def main() -> int:
             processes[name] = subprocess.Popen(argv, start_new_session=True)
         if seed:
             wait_for_web(host, port, processes["web"])
-            for name, argv in simulated_agents(host, port).items():
-                processes[name] = subprocess.Popen(argv, start_new_session=True)
+            for name, (argv, key) in simulated_agents(host, port).items():
+                processes[name] = subprocess.Popen(argv, start_new_session=True,
+                                                   env={**os.environ, "IBEX_API_KEY": key})
             processes["tenants"] = subprocess.Popen(
                 [sys.executable, "manage.py", "simulate_tenants", "--api",
                  f"http://{host}:{port}"], start_new_session=True)
-        print(f"\nIBEX is running at http://{host}:{port}/api/v1/ (docs: /api/v1/docs/, "
-              f"readiness: /readyz). Press Ctrl-C to stop.\n", flush=True)
+        print(f"\nIBEX is running at http://{host}:{port}/ (API: /api/v1/, docs: "
+              f"/api/v1/docs/, readiness: /readyz; logins in var/demo/credentials.json). "
+              f"Press Ctrl-C to stop.\n", flush=True)
         while True:
             for name, process in processes.items():
                 if process.poll() is not None:

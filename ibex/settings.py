@@ -236,6 +236,8 @@ CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
+# `celery -A ibex beat` (or `worker -B`) keeps its schedule state under var/, not in the checkout
+CELERY_BEAT_SCHEDULE_FILENAME = str(var_dir() / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "record-beat": {"task": "ibex.record_beat", "schedule": 30.0},
     "relay-outbox": {"task": "ibex.relay_outbox", "schedule": 10.0},

@@ -17,6 +17,7 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    path("favicon.ico", health.favicon, name="favicon"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/v1/", include(api_v1)),

@@ -58,8 +58,9 @@ class InventoryFilter(admin.SimpleListFilter):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "provider", "fabric", "leaf", "gpu_model", "gpus", "gpus_unhealthy",
-                    "state", "drain_mode", "health", "last_heartbeat_at", "state_changed_at"]
+    # state and health first: on a 1280-px screen the right-hand columns are cut off
+    list_display = ["hostname", "state", "health", "gpus_unhealthy", "gpus", "provider", "fabric",
+                    "leaf", "gpu_model", "drain_mode", "last_heartbeat_at"]
     list_filter = ["state", "health", InventoryFilter, "gpu_model", "fabric", "provider"]
     search_fields = ["hostname", "provider__slug", "host__leaf"]
     list_select_related = ["provider", "fabric", "gpu_model", "host"]
@@ -86,20 +87,34 @@ class NodeAdmin(admin.ModelAdmin):
     actions = ["drain", "drain_moving_leases", "take_offline", "retire"]
 
     def _change(self, request, queryset, to_state, reason):
+        done = []
         for node in queryset:
             try:
                 services.change_node_state(node=node, to_state=to_state,
                                            actor=request.user.username, reason=reason)
+                done.append(node.hostname)
             except services.NodeTransitionError as exc:
                 self.message_user(request, f"{node}: {exc}", messages.WARNING)
+        self._say_done(request, done, f"now {to_state}")
 
     def _drain(self, request, queryset, mode):
+        done = []
         for node in queryset:
             try:
                 services.drain_node(node=node, actor=request.user.username, mode=mode,
                                     reason="drained by an operator")
+                done.append(node.hostname)
             except services.NodeTransitionError as exc:
                 self.message_user(request, f"{node}: {exc}", messages.WARNING)
+        how = ("its leases move off" if mode == Node.DrainMode.MOVE
+               else "its leases run to their end")
+        self._say_done(request, done, f"draining: no new leases, {how}")
+
+    def _say_done(self, request, hostnames, what):
+        if hostnames:
+            names = ", ".join(sorted(hostnames)[:10]) + (" …" if len(hostnames) > 10 else "")
+            self.message_user(request, f"{len(hostnames)} node{'s' if len(hostnames) != 1 else ''}"
+                                       f" {what}: {names}", messages.SUCCESS)
 
     @admin.action(description="Drain selected nodes: no new leases, running ones finish here")
     def drain(self, request, queryset):

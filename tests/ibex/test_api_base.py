@@ -139,3 +139,13 @@ def test_list_endpoints_default_to_cursor_pagination_and_throttling_is_on(settin
 
     assert framework["DEFAULT_PAGINATION_CLASS"] == "ibex.api.pagination.CursorPagination"
     assert set(framework["DEFAULT_THROTTLE_RATES"]) == {"anon", "user", "orders", "keys", "heartbeat"}
+
+
+def test_the_api_root_links_every_resource_collection(api_client):
+    links = api_client.get("/api/v1/").json()["links"]
+
+    for resource in ("orders", "leases", "nodes", "fabrics", "prices", "webhooks", "events",
+                     "markets", "account/topups", "gpus"):
+        assert links[resource] == f"http://testserver/api/v1/{resource}/"
+    assert len(links) >= 20
+    assert api_client.get(links["markets"]).status_code == 200

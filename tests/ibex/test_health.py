@@ -61,3 +61,10 @@ def test_readyz_is_503_naming_the_database_when_it_fails(client, monkeypatch):
 
     assert response.status_code == 503
     assert response.json()["checks"]["database"]["detail"] == "ConnectionError: database went away"
+
+
+def test_favicon_ico_leads_to_the_icon_the_pages_name(client, db):
+    response = client.get("/favicon.ico")
+
+    assert response.status_code == 301 and response["Location"].endswith(".svg")
+    assert "web/favicon" in response["Location"]

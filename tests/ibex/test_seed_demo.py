@@ -42,3 +42,21 @@ def test_seed_demo_refuses_to_run_outside_debug(db, settings):
 
     with pytest.raises(CommandError, match="DEBUG=1"):
         call_command("seed_demo", verbosity=0)
+
+
+def test_the_simulated_traders_are_organisations_of_their_own(db, settings, tmp_path,
+                                                               monkeypatch):
+    import json
+
+    monkeypatch.setenv("IBEX_VAR_DIR", str(tmp_path))
+    settings.DEBUG = True
+    call_command("seed_demo")
+
+    credentials = json.loads((tmp_path / "demo" / "credentials.json").read_text())
+    simulated = sorted(slug for slug, e in credentials.items() if e.get("simulated"))
+    people = sorted(slug for slug, e in credentials.items()
+                    if e["role"] == "tenant" and not e.get("simulated"))
+    assert simulated == ["sim-trader-1", "sim-trader-2", "sim-trader-3"]
+    assert people == ["acme-ai", "beta-labs", "gamma-uni", "uni-biology", "uni-physics"]
+    assert sorted(s for s, e in credentials.items() if e["role"] == "provider") == [
+        "campus-gpus", "hpc-one", "uni-hpc"]

@@ -94,3 +94,15 @@ def test_the_node_list_shows_leaf_gpus_and_unhealthy_gpus(operator_admin, provid
     assert '<td class="field-gpus">8</td>' in page
     assert '<td class="field-gpus_unhealthy">1</td>' in page
     assert f'<td class="field-leaf">{node.host.leaf}</td>' in page
+
+
+def test_draining_from_the_admin_says_what_was_done(operator_admin, provider):
+    from pool.models import Node
+
+    node = Node.objects.filter(provider=provider).first()
+
+    response = operator_admin.post("/admin/pool/node/", {
+        "action": "drain_moving_leases", "_selected_action": [node.pk]}, follow=True)
+
+    assert (f"1 node draining: no new leases, its leases move off: {node.hostname}"
+            in response.content.decode())

@@ -32,7 +32,11 @@ class Command(BaseCommand):
         if not path.exists():
             raise CommandError(f"{path} is missing: run `python manage.py seed_demo` first")
         credentials = json.loads(path.read_text())
-        tenants = {slug: e["key"] for slug, e in credentials.items() if e["role"] == "tenant"}
+        tenants = {slug: e["key"] for slug, e in credentials.items()
+                   if e["role"] == "tenant" and e.get("simulated")}
+        if not tenants:
+            raise CommandError(f"{path} names no simulated tenant: run `python manage.py "
+                               f"seed_demo` again")
         models = sorted({e["gpu_model"] for e in credentials.values() if e["role"] == "provider"})
         running = [True]
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -39,6 +39,9 @@ PROVIDERS = [
      {"nodes": 32, "radix": 8, "tiers": 2, "prefix": "uni-", "rate_gbps": 400}, None),
 ]
 TENANTS = ["acme-ai", "beta-labs", "gamma-uni", "uni-physics", "uni-biology"]
+# `simulate_tenants` trades as these, never as an organisation a person logs in as, so the
+# numbers people read on their pages change only by what they do themselves
+SIMULATED_TENANTS = ["sim-trader-1", "sim-trader-2", "sim-trader-3"]
 UNIVERSITY_POOL = "state-university"
 H100 = "H100-80GB"
 # name, parent, organisation, nominal, borrowing limit, lending limit, whole-node shape
@@ -97,9 +100,10 @@ class Command(BaseCommand):
                 entry = self._credentials(credentials, org, "provider")
                 entry.update({"fabric": fabric_name, "gpu_model": model, "hosts": hosts,
                               "price_micros": price})
-            for slug in TENANTS:
+            for slug in TENANTS + SIMULATED_TENANTS:
                 tenant = self._org(slug, "tenant")
-                self._credentials(credentials, tenant, "tenant")
+                entry = self._credentials(credentials, tenant, "tenant")
+                entry["simulated"] = slug in SIMULATED_TENANTS
                 if money.balances_of(tenant).available_micros == 0:
                     money.grant_credit(organization=tenant, amount_micros=TENANT_CREDIT_MICROS,
                                        reason="demo credit", actor="demo seed")
