@@ -68,7 +68,8 @@ def test_a_tenant_opens_a_lease_extends_it_and_terminates_it(page, screenshot):
     assert lease.state == "terminated"
 
 
-def test_a_tenant_tops_up_and_the_page_waits_for_the_payment(page, screenshot):
+def test_a_tenant_tops_up_and_the_page_waits_for_the_payment(page, screenshot, settings):
+    settings.STRIPE_API_KEY = "sk_test_ibex"  # this exchange takes cards
     tenant = _tenant_logged_in(page)
     page.get_by_role("link", name="Account").click()
     expect(page.locator("#balance-available")).to_have_text("$5,000.00")
