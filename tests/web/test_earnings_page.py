@@ -1,12 +1,19 @@
 """A provider's earnings: by month from the usage billed, hold-back, payouts with their state
 (paged), and a statement per month to download."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from django.utils import timezone
 
 from market import services
 from market.models import ConnectAccount, Payout
+
+
+@pytest.fixture(autouse=True)
+def mid_month(time_machine):
+    """The last hour's usage falls in one month, whatever the real date."""
+    time_machine.move_to(datetime(2026, 11, 18, 14, 30, tzinfo=UTC), tick=True)
 
 
 def bill(tenant, provider, minutes: int):
