@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import pytest
 from django.core.management import call_command
 from rest_framework import exceptions
@@ -149,3 +152,13 @@ def test_the_api_root_links_every_resource_collection(api_client):
         assert links[resource] == f"http://testserver/api/v1/{resource}/"
     assert len(links) >= 20
     assert api_client.get(links["markets"]).status_code == 200
+
+
+def test_the_schema_is_the_committed_contract(client):
+    # Restructuring must not change the API: tests/ibex/data/openapi.json is the contract.
+    # A deliberate API change regenerates it (see docs/architecture.md, "The API contract").
+    committed = json.loads((Path(__file__).parent / "data" / "openapi.json").read_text())
+
+    served = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    assert served == committed
