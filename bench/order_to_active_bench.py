@@ -38,11 +38,11 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from billing import services as money  # noqa: E402
 from fabric import generators  # noqa: E402
 from fabric import services as fabric_services  # noqa: E402
 from ibex.accounts import services as accounts  # noqa: E402
 from market import prices  # noqa: E402
-from market import services as money  # noqa: E402
 from market.models import Lease, LeaseEvent  # noqa: E402
 from pool import services as pool  # noqa: E402
 from scheduler import services as scheduler  # noqa: E402

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "ibex.outbox",
     "fabric",
     "pool",
+    "billing",
     "market",
     "scheduler",
     "web",
@@ -213,7 +214,7 @@ SPECTACULAR_SETTINGS = {
         "NodeHealth": "pool.models.Node.Health",
         "NodeDrainMode": "pool.models.Node.DrainMode",
         "GpuHealth": "pool.models.Gpu.Health",
-        "LocalityLevel": "market.api_trading.LOCALITY_LEVELS",
+        "LocalityLevel": "market.api.LOCALITY_LEVELS",
     },
 }
 

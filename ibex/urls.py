@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("ibex.accounts.urls")),
     path("", include("fabric.urls")),
     path("", include("pool.urls")),
+    path("", include("billing.urls")),
     path("", include("market.urls")),
     path("", include("scheduler.urls")),
 ]

@@ -1,463 +1,480 @@
-"""REST API for money: balances, ledger entries, top-ups, refunds, Connect and payouts,
-invoices and statements, and the Stripe webhook. Thin: validate, call services, serialize."""
+"""REST API for prices (providers) and leases (tenants). Thin: validate, call a service,
+serialize."""
 
-from __future__ import annotations
-
-import django_filters
-import stripe
-from django.http import HttpResponse
-from django.template.loader import render_to_string
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from django.db.models import Count, Max, Min, Prefetch
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from billing.api import DollarsField
+from billing.core.money import to_dollars
 from ibex.accounts.api import StrictSerializer
-from ibex.accounts.permissions import ReadOrTrade, organization_of, scopes_of
+from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.errors import ApiError
-from ibex.api.filters import UtcIsoDateTimeFilter
-from market import invoices, money, services, stripe_gateway
-from market.models import (
-    Account,
-    ConnectAccount,
-    Entry,
-    LedgerTransaction,
-    Payout,
-    Refund,
-    SpendLimit,
-    TopUp,
-)
+from ibex.api.pagination import CursorPagination
+from ibex.api.throttles import OrderThrottle
+from market import leasing, orders, prices
+from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
+from pool.models import GpuModel
 
-REFUSAL_STATUS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "not_refundable": 409,
-                  "conflict": 409, "forbidden": 403, "card_payments_not_configured": 409}
+# --- prices -------------------------------------------------------------------------------------
 
 
-def refusal(exc: services.MoneyError) -> Exception:
-    """A service refusal as an API error: 400 naming the field, else 409/403 with its code."""
-    if exc.field and exc.code not in REFUSAL_STATUS:
-        return serializers.ValidationError({exc.field: [exc.message]})
-    return ApiError(exc.message, code=exc.code, status_code=REFUSAL_STATUS.get(exc.code, 400))
-
-
-@extend_schema_field({"type": "string", "pattern": money.DOLLARS_PATTERN, "example": "123.45"})
-class DollarsField(serializers.Field):
-    """Money as a decimal string of dollars (money.parse_dollars); micro-dollars inside."""
-
-    def to_representation(self, micros):
-        return money.to_dollars(micros)
-
-    def to_internal_value(self, data):
-        try:
-            return money.parse_dollars(data)
-        except money.BadAmount as exc:
-            raise serializers.ValidationError(str(exc)) from None
-
-
-def _require(request, scope: str) -> None:
-    if not ({scope, "admin"} & scopes_of(request)):
-        raise PermissionDenied(f"This needs an API key with the '{scope}' scope.")
-
-
-# --- balances ------------------------------------------------------------------------------------
-
-
-class AccountSerializer(serializers.Serializer):
-    organization = serializers.CharField()
-    currency = serializers.CharField()
-    available = DollarsField(source="balances.available_micros")
-    held = DollarsField(source="balances.held_micros")
-    payable = DollarsField(source="balances.payable_micros")
-    held_back = DollarsField(source="balances.held_back_micros")
-    spend_limit_per_hour = DollarsField(allow_null=True)
-    spend_limit_per_month = DollarsField(allow_null=True)
-
-
-class SpendLimitsSerializer(StrictSerializer):
-    spend_limit_per_hour = DollarsField(allow_null=True)
-    spend_limit_per_month = DollarsField(allow_null=True)
+class PriceScopeSerializer(StrictSerializer):
+    fabric = serializers.CharField(max_length=100, required=False)
+    gpu_model = serializers.CharField(max_length=40, required=False)
+    node = serializers.CharField(max_length=200, required=False,
+                                 help_text="a node's id or hostname")
+    leaf = serializers.CharField(max_length=200, required=False)
+    gpu = serializers.IntegerField(min_value=1, required=False)
 
     def validate(self, attrs):
         attrs = super().validate(attrs)
-        for name, value in attrs.items():
-            if value is not None and value < 0:
-                raise serializers.ValidationError({name: ["A limit cannot be negative."]})
+        if not attrs:
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"Name at least one of {', '.join(prices.SCOPE_KEYS)}."]})
         return attrs
 
 
-class AccountView(APIView):
-    permission_classes = [ReadOrTrade]
+class PriceChangeSerializer(StrictSerializer):
+    scope = PriceScopeSerializer()
+    price_per_gpu_hour = DollarsField()
+    offered_from = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    offered_until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    min_lease_hours = serializers.IntegerField(min_value=1, max_value=8760, default=1)
 
-    def _body(self, org):
-        limit = SpendLimit.objects.filter(organization=org).first()
-        return AccountSerializer({
-            "organization": org.slug, "currency": "usd", "balances": services.balances_of(org),
-            "spend_limit_per_hour": limit.per_hour_micros if limit else None,
-            "spend_limit_per_month": limit.per_month_micros if limit else None,
-        }).data
-
-    @extend_schema(responses=AccountSerializer, summary="Your balances and spend limits")
-    def get(self, request):
-        return Response(self._body(organization_of(request)))
-
-    @extend_schema(request=SpendLimitsSerializer, responses=AccountSerializer,
-                   summary="Set your spend limits (null: no limit)")
-    def patch(self, request):
-        _require(request, "admin")
-        form = SpendLimitsSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
-        org = organization_of(request)
-        services.set_spend_limits(organization=org,
-                                  per_hour_micros=form.validated_data["spend_limit_per_hour"],
-                                  per_month_micros=form.validated_data["spend_limit_per_month"])
-        return Response(self._body(org))
+    def validate_price_per_gpu_hour(self, micros):
+        if micros < 0:
+            raise serializers.ValidationError("A price cannot be negative.")
+        if micros > 1_000 * 1_000_000:
+            raise serializers.ValidationError("At most 1000.00 per GPU-hour.")
+        return micros
 
 
-class EntrySerializer(serializers.ModelSerializer):
-    account = serializers.CharField(source="account.kind")
-    amount = DollarsField(source="amount_micros")
-    cause = serializers.CharField(source="transaction.cause")
-    source_type = serializers.CharField(source="transaction.source_type")
-    source_id = serializers.CharField(source="transaction.source_id")
-    memo = serializers.CharField(source="transaction.memo")
-    transaction = serializers.IntegerField(source="transaction_id")
+class PriceChangeResultSerializer(serializers.Serializer):
+    gpus_priced = serializers.IntegerField()
+    price_per_gpu_hour = DollarsField()
+
+
+class GpuPriceSerializer(serializers.ModelSerializer):
+    price_per_gpu_hour = DollarsField(source="price_micros")
+    current = serializers.SerializerMethodField()
 
     class Meta:
-        model = Entry
-        fields = ["id", "transaction", "account", "amount", "cause", "source_type", "source_id",
-                  "memo", "created_at"]
+        model = GpuPrice
+        fields = ["id", "gpu", "price_per_gpu_hour", "offered_from", "offered_until",
+                  "min_lease_hours", "set_by", "set_at", "superseded_at", "current"]
+
+    def get_current(self, price) -> bool:
+        return price.superseded_at is None
 
 
-class EntryFilter(django_filters.FilterSet):
-    account = django_filters.ChoiceFilter(field_name="account__kind", choices=Account.Kind.choices)
-    cause = django_filters.ChoiceFilter(field_name="transaction__cause",
-                                        choices=LedgerTransaction.Cause.choices)
-    source_type = django_filters.CharFilter(field_name="transaction__source_type")
-    source_id = django_filters.CharFilter(field_name="transaction__source_id")
-    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+class PriceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Providers' prices: every change is kept; `?gpu=ID` gives one GPU's history,
+    `?current=true` only the prices in force."""
 
-    class Meta:
-        model = Entry
-        fields = ["account", "cause", "source_type", "source_id", "since", "before"]
-
-
-class EntryViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Your ledger entries, newest first."""
-
-    serializer_class = EntrySerializer
-    permission_classes = [ReadOrTrade]
-    filterset_class = EntryFilter
+    serializer_class = GpuPriceSerializer
+    permission_classes = [ReadOrProvide]
+    filterset_fields = ["gpu"]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
-            return Entry.objects.none()
-        return (Entry.objects.filter(account__organization=organization_of(self.request))
-                .select_related("account", "transaction"))
+            return GpuPrice.objects.none()
+        rows = GpuPrice.objects.filter(gpu__node__provider=organization_of(self.request))
+        if self.request.query_params.get("current") == "true":
+            rows = rows.filter(superseded_at__isnull=True)
+        return rows
 
-
-# --- top-ups and refunds ---------------------------------------------------------------------------
-
-
-class TopUpSerializer(serializers.ModelSerializer):
-    amount = DollarsField(source="amount_micros")
-    refunded = DollarsField(source="refunded_micros")
-    publishable_key = serializers.SerializerMethodField()
-
-    class Meta:
-        model = TopUp
-        fields = ["id", "amount", "currency", "state", "automatic", "payment_intent_id",
-                  "client_secret", "publishable_key", "refunded", "last_error", "created_at",
-                  "state_changed_at"]
-
-    def get_publishable_key(self, top_up) -> str:
-        from django.conf import settings
-
-        return settings.STRIPE_PUBLISHABLE_KEY
-
-
-class TopUpCreateSerializer(StrictSerializer):
-    amount = DollarsField(help_text="dollars, whole cents")
-
-
-def _idempotency_key(request) -> str | None:
-    key = request.headers.get("Idempotency-Key", "").strip()
-    if len(key) > 100:
-        raise serializers.ValidationError({"Idempotency-Key": ["At most 100 characters."]})
-    return key or None
-
-
-class TopUpViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                   viewsets.GenericViewSet):
-    """Card top-ups. POST starts one; its `client_secret` (for Stripe.js `confirmPayment`)
-    appears within seconds, when the PaymentIntent exists: poll the top-up until it does."""
-
-    serializer_class = TopUpSerializer
-    permission_classes = [ReadOrTrade]
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return TopUp.objects.none()
-        return TopUp.objects.filter(tenant=organization_of(self.request))
-
-    @extend_schema(request=TopUpCreateSerializer, responses={201: TopUpSerializer},
-                   summary="Top up by card (send an Idempotency-Key header)")
+    @extend_schema(request=PriceChangeSerializer, responses={201: PriceChangeResultSerializer},
+                   summary="Price one GPU, or all of a node, model, leaf or fabric at once")
     def create(self, request):
-        form = TopUpCreateSerializer(data=request.data)
+        provider = organization_of(request)
+        if not provider.is_provider:
+            raise PermissionDenied("Only providers set prices.")
+        form = PriceChangeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
+        data = form.validated_data
         try:
-            top_up = services.create_top_up(tenant=organization_of(request),
-                                            amount_micros=form.validated_data["amount"],
-                                            idempotency_key=_idempotency_key(request),
-                                            actor=request.user.get_username())
-        except services.MoneyError as exc:
-            raise refusal(exc) from None
-        return Response(TopUpSerializer(top_up).data, status=status.HTTP_201_CREATED)
+            change = prices.set_prices(
+                provider=provider, scope=data["scope"], price_micros=data["price_per_gpu_hour"],
+                offered_from=data["offered_from"], offered_until=data["offered_until"],
+                min_lease_hours=data["min_lease_hours"], actor=request.user.get_username())
+        except prices.PriceError as exc:
+            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        return Response({"gpus_priced": change.gpus_priced,
+                         "price_per_gpu_hour": to_dollars(change.price_micros)},
+                        status=status.HTTP_201_CREATED)
 
 
-class RefundSerializer(serializers.ModelSerializer):
-    amount = DollarsField(source="amount_micros")
+# --- leases -------------------------------------------------------------------------------------
+
+
+class LeaseEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = LeaseEvent
+        fields = ["at", "kind", "from_state", "to_state", "actor", "reason"]
+
+
+class LeaseGpuSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    index = serializers.IntegerField()
+
+
+class LocalitySerializer(serializers.Serializer):
+    leaves = serializers.IntegerField()
+    spines = serializers.IntegerField()
+    max_hops = serializers.IntegerField()
+
+
+class LeaseSerializer(serializers.ModelSerializer):
+    price_per_gpu_hour = DollarsField(source="price_micros")
+    max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    gpus = serializers.SerializerMethodField()
+    locality = serializers.SerializerMethodField()
+    ended_at = serializers.SerializerMethodField()
+    events = LeaseEventSerializer(many=True)
 
     class Meta:
-        model = Refund
-        fields = ["id", "top_up", "amount", "state", "stripe_refund_id", "created_at"]
+        model = Lease
+        fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
+                  "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
+                  "ended_at", "preempt_at", "allow_moves", "created_at", "events"]
+
+    @extend_schema_field(LeaseGpuSerializer(many=True))
+    def get_gpus(self, lease) -> list[dict]:
+        """The GPUs it holds now (earlier placements are in its events)."""
+        return [{"node": a.gpu.node.hostname, "index": a.gpu.index} for a in in_force(lease)]
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_ended_at(self, lease):
+        """When it actually ended (terminated, completed, preempted, failed); null while it
+        runs. `ends_at` stays the planned end."""
+        if lease.state not in leasing.ENDED:
+            return None
+        return serializers.DateTimeField().to_representation(lease.state_changed_at)
+
+    @extend_schema_field(LocalitySerializer)
+    def get_locality(self, lease) -> dict:
+        """Leaves, spines and hops spanned by the GPUs it holds now."""
+        return leasing.locality_of([leasing.allocation_key(a) for a in in_force(lease)])
 
 
-class RefundCreateSerializer(StrictSerializer):
-    amount = DollarsField(help_text="dollars of unused available balance, whole cents")
+def in_force(lease) -> list:
+    cached = getattr(lease, "in_force", None)
+    return cached if cached is not None else list(
+        leasing.allocations_in_force_with_places().filter(lease=lease))
 
 
-class RefundViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
-    serializer_class = RefundSerializer
+
+class ExtendSerializer(StrictSerializer):
+    hours = serializers.IntegerField(min_value=1, max_value=8760)
+
+
+class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """A tenant's leases (operators see all); another organisation's lease is a 404."""
+
+    serializer_class = LeaseSerializer
     permission_classes = [ReadOrTrade]
+    filterset_fields = ["state", "tier", "gpu_model"]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
-            return Refund.objects.none()
-        return Refund.objects.filter(tenant=organization_of(self.request))
+            return Lease.objects.none()
+        org = organization_of(self.request)
+        leases = Lease.objects.prefetch_related(
+            "events", Prefetch("allocations", queryset=leasing.allocations_in_force_with_places(),
+                               to_attr="in_force"))
+        return leases if org.is_operator else leases.filter(tenant=org)
 
-    @extend_schema(request=RefundCreateSerializer, responses={201: RefundSerializer},
-                   summary="Refund unused balance to the card (send an Idempotency-Key header)")
+    @extend_schema(request=None, responses=LeaseSerializer, summary="End the lease now")
+    @action(detail=True, methods=["post"])
+    def terminate(self, request, pk=None):
+        lease = self.get_object()
+        try:
+            leasing.terminate_lease(lease=lease, actor=request.user.get_username())
+        except leasing.LeaseTransitionError as exc:
+            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
+        return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
+
+    @extend_schema(request=ExtendSerializer, responses=LeaseSerializer,
+                   summary="Extend the lease when its GPUs stay free")
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        lease = self.get_object()
+        form = ExtendSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            leasing.extend_lease(lease=lease, hours=form.validated_data["hours"],
+                                 actor=request.user.get_username())
+        except leasing.LeaseTransitionError as exc:
+            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
+        except leasing.GpusUnavailable as exc:
+            raise ApiError(str(exc), code="gpus_unavailable", status_code=409) from None
+        except leasing.ExtensionRefused as exc:  # as a new order of that cost is refused
+            raise ApiError(exc.message, code=exc.code, status_code=409) from None
+        return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
+
+
+
+# --- orders -------------------------------------------------------------------------------------
+
+
+LOCALITY_LEVELS = ["node", "leaf", "spine"]
+
+
+class TopologySerializer(StrictSerializer):
+    required = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
+    preferred = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
+    whole_nodes = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs):
+        if attrs.get("required") and attrs.get("preferred"):
+            raise serializers.ValidationError(
+                {"preferred": ["Give either required or preferred, not both."]})
+        return attrs
+
+
+class StartWindowSerializer(StrictSerializer):
+    earliest = serializers.DateTimeField()
+    latest = serializers.DateTimeField()
+
+    def validate(self, attrs):
+        if attrs["latest"] < attrs["earliest"]:
+            raise serializers.ValidationError({"latest": ["The window ends before it starts."]})
+        return attrs
+
+
+class OrderCreateSerializer(StrictSerializer):
+    gpu_models = serializers.ListField(child=serializers.CharField(max_length=40), min_length=1,
+                                       max_length=10)
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    hours = serializers.IntegerField(min_value=1, max_value=8760)
+    tier = serializers.ChoiceField(choices=Lease.Tier.choices)
+    max_price_per_gpu_hour = DollarsField()
+    topology = TopologySerializer(required=False)
+    start_window = StartWindowSerializer(required=False, allow_null=True, default=None)
+    fill = serializers.ChoiceField(choices=Order.Fill.choices, default=Order.Fill.FILL_OR_KILL)
+    pool = serializers.SlugField(max_length=100, required=False, default="",
+                                 help_text="a private pool where you hold quota: priced in "
+                                           "quota (give max_price_per_gpu_hour 0.00)")
+    queue = serializers.SlugField(max_length=100, required=False, default="",
+                                  help_text="your quota queue in that pool (if you have several)")
+    priority = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=0,
+                                        help_text="private pools: higher is admitted first")
+    priority_class = serializers.SlugField(
+        max_length=100, required=False, default="",
+        help_text="private pools: a named priority of the pool (its value is the priority)")
+    allow_moves = serializers.BooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="let the scheduler move the lease for planned work (draining a node, "
+                  "defragmentation); default: true for spot, false for on-demand and reserved")
+
+    def validate_max_price_per_gpu_hour(self, micros):
+        if micros < 0:
+            raise serializers.ValidationError("A limit cannot be negative.")
+        return micros
+
+    def validate(self, attrs):
+        if attrs.get("priority_class") and not attrs.get("pool"):
+            raise serializers.ValidationError(
+                {"priority_class": ["Priority classes belong to private pools: name the pool."]})
+        if attrs["tier"] == Lease.Tier.RESERVED and not attrs.get("start_window"):
+            raise serializers.ValidationError(
+                {"start_window": ["A reserved order needs a start window."]})
+        return attrs
+
+    def to_request(self, idempotency_key: str) -> orders.OrderRequest:
+        data = self.validated_data
+        window = data.get("start_window") or {}
+        return orders.OrderRequest(
+            gpu_models=data["gpu_models"], gpus=data["gpus"], hours=data["hours"],
+            tier=data["tier"], max_price_micros=data["max_price_per_gpu_hour"],
+            topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
+            start_latest=window.get("latest"), fill=data["fill"],
+            idempotency_key=idempotency_key, pool=data["pool"], queue=data["queue"],
+            priority=data["priority"], priority_class=data["priority_class"],
+            allow_moves=data["allow_moves"],
+        )
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    lease = serializers.PrimaryKeyRelatedField(read_only=True)
+    start_window = serializers.SerializerMethodField()
+    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    queue = serializers.SlugRelatedField(source="quota_node", slug_field="name", read_only=True)
+    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Order
+        fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
+                  "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
+                  "priority", "priority_class", "queue_position", "allow_moves", "created_at"]
+
+    @extend_schema_field(StartWindowSerializer(allow_null=True))
+    def get_start_window(self, order) -> dict | None:
+        if order.start_earliest is None:
+            return None
+        return {"earliest": order.start_earliest, "latest": order.start_latest}
+
+
+ORDER_REFUSALS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "invalid_state": 409,
+                  "conflict": 409}
+
+
+def order_refusal(exc: orders.OrderError) -> Exception:
+    if exc.field:
+        return serializers.ValidationError({exc.field: [exc.message]})
+    return ApiError(exc.message, code=exc.code, status_code=ORDER_REFUSALS.get(exc.code, 400))
+
+
+class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """A tenant's orders; another organisation's order is a 404."""
+
+    serializer_class = OrderSerializer
+    permission_classes = [ReadOrTrade]
+    filterset_fields = ["state", "tier"]
+
+    def get_throttles(self):
+        extra = [OrderThrottle()] if self.action == "create" else []
+        return [*super().get_throttles(), *extra]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Order.objects.none()
+        org = organization_of(self.request)
+        orders_ = Order.objects.select_related("pool", "quota_node", "priority_class")
+        return orders_ if org.is_operator else orders_.filter(tenant=org)
+
+    @extend_schema(request=OrderCreateSerializer, responses={201: OrderSerializer,
+                                                            200: OrderSerializer},
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                                required=False)],
+                   summary="Place an order: on-demand fills at once; spot and reserved wait "
+                           "for the next clearing")
     def create(self, request):
-        _require(request, "admin")
-        form = RefundCreateSerializer(data=request.data)
+        tenant = organization_of(request)
+        if not tenant.is_tenant:
+            raise PermissionDenied("Only tenants place orders.")
+        key = request.headers.get("Idempotency-Key", "")
+        if len(key) > 100:
+            raise serializers.ValidationError({"Idempotency-Key": ["At most 100 characters."]})
+        replay = bool(key) and Order.objects.filter(tenant=tenant, idempotency_key=key).exists()
+        form = OrderCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
-            refund = services.request_refund(tenant=organization_of(request),
-                                             amount_micros=form.validated_data["amount"],
-                                             idempotency_key=_idempotency_key(request),
-                                             actor=request.user.get_username())
-        except services.MoneyError as exc:
-            raise refusal(exc) from None
-        return Response(RefundSerializer(refund).data, status=status.HTTP_201_CREATED)
+            order = orders.place_order(tenant=tenant, request=form.to_request(key),
+                                       actor=request.user.get_username())
+        except orders.OrderError as exc:
+            raise order_refusal(exc) from None
+        return Response(OrderSerializer(order).data,
+                        status=status.HTTP_200_OK if replay else status.HTTP_201_CREATED)
 
-
-# --- providers: Connect and payouts ------------------------------------------------------------
-
-
-class ConnectSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ConnectAccount
-        fields = ["stripe_account_id", "onboarding_url", "details_submitted", "charges_enabled",
-                  "payouts_enabled", "updated_at"]
-
-
-class ConnectView(APIView):
-    permission_classes = [ReadOrTrade]
-
-    @extend_schema(responses=ConnectSerializer, summary="Your Stripe Connect account status")
-    def get(self, request):
-        connect = ConnectAccount.objects.filter(organization=organization_of(request)).first()
-        if connect is None:
-            raise ApiError("No payout account yet: POST here to start onboarding.",
-                           code="not_found", status_code=404)
-        return Response(ConnectSerializer(connect).data)
-
-    @extend_schema(request=None, responses={202: ConnectSerializer},
-                   summary="Start (or resume) payout onboarding; the link appears shortly")
-    def post(self, request):
-        _require(request, "provide")
+    @extend_schema(request=None, responses=OrderSerializer, summary="Cancel an unfilled order")
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
         try:
-            connect = services.start_connect_onboarding(provider=organization_of(request))
-        except services.MoneyError as exc:
-            raise refusal(exc) from None
-        return Response(ConnectSerializer(connect).data, status=status.HTTP_202_ACCEPTED)
+            order = orders.cancel_order(order=self.get_object(),
+                                        actor=request.user.get_username())
+        except orders.OrderError as exc:
+            raise order_refusal(exc) from None
+        return Response(OrderSerializer(order).data)
 
 
-class PayoutSerializer(serializers.ModelSerializer):
-    amount = DollarsField(source="amount_micros")
+# --- markets ------------------------------------------------------------------------------------
+
+
+class ClearingSerializer(serializers.ModelSerializer):
+    price_per_gpu_hour = serializers.SerializerMethodField()
+    accepted = serializers.SerializerMethodField()
+    refused = serializers.SerializerMethodField()
 
     class Meta:
-        model = Payout
-        fields = ["id", "amount", "state", "stripe_payout_id", "last_error", "created_at",
-                  "state_changed_at"]
+        model = Clearing
+        fields = ["id", "gpu_model", "interval_start", "cleared_at", "price_per_gpu_hour",
+                  "gpus_sold", "accepted", "refused", "exact"]
+
+    def get_price_per_gpu_hour(self, row) -> str | None:
+        return None if row.price_micros is None else to_dollars(row.price_micros)
+
+    def get_accepted(self, row) -> int:
+        return len(row.accepted)
+
+    def get_refused(self, row) -> int:
+        return len(row.refused)
 
 
-class PayoutViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    serializer_class = PayoutSerializer
-    permission_classes = [ReadOrTrade]
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return Payout.objects.none()
-        return Payout.objects.filter(provider=organization_of(self.request))
+class PaginatedClearingSerializer(serializers.Serializer):
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = ClearingSerializer(many=True)
 
 
-# --- invoices and statements -------------------------------------------------------------------
+class MarketSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    offered_gpus = serializers.IntegerField()
+    free_gpus = serializers.IntegerField()
+    on_demand_min = serializers.CharField(allow_null=True)
+    on_demand_max = serializers.CharField(allow_null=True)
+    last_clearing = ClearingSerializer(allow_null=True)
 
 
-class InvoiceLineSerializer(serializers.Serializer):
-    lease_ref = serializers.CharField()
-    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
-    price_per_gpu_hour = DollarsField(source="price_per_gpu_hour_micros")
-    amount = DollarsField(source="amount_micros")
-    minutes = serializers.IntegerField()
+class MarketViewSet(viewsets.ViewSet):
+    """Public market data: per GPU model, offered and free GPUs, posted prices and the
+    latest clearing; `history/` lists every clearing of one market."""
 
-
-class CreditLineSerializer(serializers.Serializer):
-    cause = serializers.CharField()
-    memo = serializers.CharField()
-    amount = DollarsField(source="amount_micros")
-
-
-class InvoiceSerializer(serializers.Serializer):
-    organization = serializers.CharField(source="organization.slug")
-    month = serializers.DateField(format="%Y-%m")
-    lines = InvoiceLineSerializer(many=True)
-    credits = CreditLineSerializer(many=True, help_text="SLA credits: taken off the total")
-    payments = CreditLineSerializer(many=True, help_text="top-ups and credit grants paid in "
-                                                         "this month: not part of the total")
-    usage = DollarsField(source="usage_micros")
-    credits_total = DollarsField(source="credits_micros")
-    total = DollarsField(source="total_micros")
-
-
-class StatementSerializer(serializers.Serializer):
-    organization = serializers.CharField(source="organization.slug")
-    month = serializers.DateField(format="%Y-%m")
-    earnings = DollarsField(source="earnings_micros")
-    fees = DollarsField(source="fees_micros")
-    held_back = DollarsField(source="held_back_micros")
-    net = DollarsField(source="net_micros")
-    paid_out = DollarsField(source="paid_out_micros")
-    payouts = PayoutSerializer(many=True)
-
-
-def _month(text: str):
-    try:
-        return invoices.parse_month(text)
-    except ValueError:
-        raise serializers.ValidationError({"month": ["Write the month as YYYY-MM."]}) from None
-
-
-def _html(template: str, name: str, context: dict) -> HttpResponse:
-    response = HttpResponse(render_to_string(template, context), content_type="text/html")
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
-
-
-class InvoiceMonthSerializer(serializers.Serializer):
-    month = serializers.CharField(help_text="YYYY-MM")
-    url = serializers.CharField()
-    html_url = serializers.CharField()
-
-
-class InvoiceListView(APIView):
-    """The months you have an invoice (as a tenant) or a statement (as a provider) for."""
-
-    permission_classes = [ReadOrTrade]
-
-    @extend_schema(responses=InvoiceMonthSerializer(many=True),
-                   summary="Months with invoices or statements, newest first")
-    def get(self, request):
-        org = organization_of(request)
-        kind = "statements" if org.is_provider and not org.is_tenant else "invoices"
-        months = invoices.months_with_activity(organization=org)
-        return Response(InvoiceMonthSerializer([
-            {"month": m, "url": f"/api/v1/account/{kind}/{m}/",
-             "html_url": f"/api/v1/account/{kind}/{m}/?format=html"} for m in months],
-            many=True).data)
-
-
-class InvoiceView(APIView):
-    """A tenant's invoice for one month: lines per lease, credits, total. `?format=html`
-    downloads it as a printable HTML page."""
-
-    permission_classes = [ReadOrTrade]
-
-    @extend_schema(responses={(200, "application/json"): InvoiceSerializer,
-                              (200, "text/html"): OpenApiTypes.STR},
-                   summary="Your invoice for a month (YYYY-MM)")
-    def get(self, request, month: str):
-        org = organization_of(request)
-        invoice = invoices.invoice_for(tenant=org, month=_month(month))
-        if request.query_params.get("format") == "html":
-            d = money.to_dollars
-            return _html("market/invoice.html", f"ibex-invoice-{org.slug}-{month}.html", {
-                "org": org, "month": month,
-                "lines": [{"lease_ref": line.lease_ref, "gpu_hours": line.gpu_hours,
-                           "price": d(line.price_per_gpu_hour_micros),
-                           "amount": d(line.amount_micros)} for line in invoice.lines],
-                "credits": [{**c, "amount": d(c["amount_micros"])} for c in invoice.credits],
-                "payments": [{**c, "amount": d(c["amount_micros"])} for c in invoice.payments],
-                "usage": d(invoice.usage_micros), "credits_total": d(invoice.credits_micros),
-                "total": d(invoice.total_micros)})
-        return Response(InvoiceSerializer(invoice).data)
-
-
-class StatementView(APIView):
-    """A provider's statement for one month; `?format=html` downloads it."""
-
-    permission_classes = [ReadOrTrade]
-
-    @extend_schema(responses={(200, "application/json"): StatementSerializer,
-                              (200, "text/html"): OpenApiTypes.STR},
-                   summary="Your provider statement for a month (YYYY-MM)")
-    def get(self, request, month: str):
-        org = organization_of(request)
-        statement = invoices.statement_for(provider=org, month=_month(month))
-        if request.query_params.get("format") == "html":
-            d = money.to_dollars
-            return _html("market/statement.html", f"ibex-statement-{org.slug}-{month}.html", {
-                "org": org, "month": month, "earnings": d(statement.earnings_micros),
-                "fees": d(statement.fees_micros), "held_back": d(statement.held_back_micros),
-                "net": d(statement.net_micros),
-                "payouts": [{"id": p.id, "created_at": p.created_at, "state": p.state,
-                             "amount": d(p.amount_micros)} for p in statement.payouts]})
-        return Response(StatementSerializer(statement).data)
-
-
-# --- the Stripe webhook --------------------------------------------------------------------------
-
-
-class WebhookAnswerSerializer(serializers.Serializer):
-    received = serializers.BooleanField()
-    duplicate = serializers.BooleanField()
-    outcome = serializers.CharField()
-
-
-class StripeWebhookView(APIView):
-    """Stripe's deliveries: verified by signature, stored once per event id."""
-
-    authentication_classes: list = []
     permission_classes = [AllowAny]
-    throttle_classes: list = []
+    lookup_field = "gpu_model"
+    lookup_value_regex = "[A-Za-z0-9.-]+"
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=WebhookAnswerSerializer,
-                   summary="Stripe webhook endpoint (signed by Stripe)")
-    def post(self, request):
-        try:
-            event = stripe_gateway.verify_webhook(request.body,
-                                                  request.headers.get("Stripe-Signature", ""))
-        except (ValueError, stripe.SignatureVerificationError) as exc:
-            raise ApiError(f"not a valid Stripe delivery: {exc}", code="bad_signature",
-                           status_code=400) from None
-        result = services.receive_stripe_event(event=event)
-        return Response({"received": True, "duplicate": result.duplicate,
-                         "outcome": result.outcome})
+    @extend_schema(responses=MarketSerializer(many=True))
+    def list(self, request):
+        names = list(GpuModel.objects.order_by("name").values_list("name", flat=True))
+        return Response(market_summaries(names))
+
+    @extend_schema(responses=PaginatedClearingSerializer)
+    @action(detail=True, methods=["get"])
+    def history(self, request, gpu_model=None):
+        if not GpuModel.objects.filter(name=gpu_model).exists():
+            raise NotFound(f"No market for {gpu_model}.")
+        rows = Clearing.objects.filter(gpu_model=gpu_model)
+        paginator = CursorPagination()
+        paginator.ordering = "-interval_start"
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(ClearingSerializer(page, many=True).data)
 
 
-__all__ = ["AccountView", "InvoiceListView", "EntryViewSet", "InvoiceView", "StatementView", "StripeWebhookView",
-           "TopUpViewSet", "RefundViewSet", "ConnectView", "PayoutViewSet"]
+def market_summary(gpu_model: str) -> dict:
+    return market_summaries([gpu_model])[0]
+
+
+def market_summaries(gpu_models: list[str]) -> list[dict]:
+    """Each market's public figures, in four queries whatever the number of markets (the
+    market page and `GET /markets/` are the most read answers of the exchange)."""
+    now = timezone.now()
+    offered = prices.gpus_for_sale(now=now).filter(gpu_model__name__in=gpu_models)
+    totals = dict(offered.values_list("gpu_model__name").annotate(n=Count("id")).order_by())
+    busy = dict(offered.filter(allocations__period__contains=now)
+                .values_list("gpu_model__name").annotate(n=Count("id", distinct=True)).order_by())
+    priced = {row["gpu__gpu_model__name"]: row for row in
+              GpuPrice.objects.filter(gpu__in=offered, superseded_at__isnull=True)
+              .values("gpu__gpu_model__name").annotate(low=Min("price_micros"),
+                                                       high=Max("price_micros")).order_by()}
+    last = {c.gpu_model: c for c in Clearing.objects.filter(gpu_model__in=gpu_models)
+            .order_by("gpu_model", "-interval_start").distinct("gpu_model")}
+    summaries = []
+    for gpu_model in gpu_models:
+        total, price = totals.get(gpu_model, 0), priced.get(gpu_model, {})
+        summaries.append({
+            "gpu_model": gpu_model, "offered_gpus": total,
+            "free_gpus": total - busy.get(gpu_model, 0),
+            "on_demand_min": None if price.get("low") is None else to_dollars(price["low"]),
+            "on_demand_max": None if price.get("high") is None else to_dollars(price["high"]),
+            "last_clearing": (ClearingSerializer(last[gpu_model]).data
+                              if gpu_model in last else None),
+        })
+    return summaries

@@ -15,11 +15,10 @@ from django.utils import timezone
 from ibex.outbox import services as outbox
 from market import clearing, leasing
 from market.models import Clearing, Lease, Order
+from market.order_states import OS, change_order_state, release_order_hold
 from market.orders import (
     LEVELS,
-    OS,
     FreeGpu,
-    _change_state,
     bid_for,
     free_priced_gpus,
     offers_from,
@@ -73,10 +72,8 @@ def clear_market(*, gpu_model: str, interval: datetime, now: datetime) -> Cleari
 
 def _expired(order: Order, now: datetime) -> bool:
     if order.tier == Lease.Tier.RESERVED and order.start_latest and order.start_latest < now:
-        from market.orders import _release
-
-        _release(order, "market", "its start window passed")
-        _change_state(order, OS.EXPIRED, "market", "its start window passed unfilled")
+        release_order_hold(order, actor="market", reason="its start window passed")
+        change_order_state(order, OS.EXPIRED, actor="market", reason="its start window passed unfilled")
         return True
     return False
 
@@ -110,7 +107,7 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
             # starts later is queued by the scheduler's sweeper once its start has come
             outbox.enqueue("scheduler.place_lease", lease.pk)
         order.lease = lease
-        _change_state(order, OS.FILLED, "market", f"won at {won.price_micros} µ$/GPU-hour")
+        change_order_state(order, OS.FILLED, actor="market", reason=f"won at {won.price_micros} µ$/GPU-hour")
         accepted.append({"order": order.pk, "lease": lease.pk, "gpus": order.gpus,
                          "price_micros": won.price_micros})
     refused = []
@@ -170,19 +167,14 @@ def notify_preemptions(*, gpu_model: str, price_micros: int, now: datetime) -> l
     chosen = clearing.spot_leases_to_preempt(
         [clearing.SpotLease(str(lease.pk), lease.max_price_micros) for lease in running],
         price_micros)
-    notice = timedelta(seconds=settings.PREEMPTION_NOTICE_S)
     preempted = []
     for lease_id in chosen:
-        lease = Lease.objects.get(pk=int(lease_id))
-        if lease.state != Lease.State.ACTIVE:
-            leasing.change_lease_state(lease=lease, to_state=Lease.State.TERMINATED,
-                                       actor="market", reason="priced out before it started")
-            continue
-        lease = leasing.change_lease_state(
-            lease=lease, to_state=Lease.State.PREEMPTING, actor="market",
-            reason=f"clearing price {price_micros} µ$/GPU-hour is above its limit")
-        Lease.objects.filter(pk=lease.pk).update(preempt_at=now + notice)
-        preempted.append(lease.pk)
+        lease = leasing.give_notice(
+            lease=Lease.objects.get(pk=int(lease_id)), now=now, actor="market",
+            reason=f"clearing price {price_micros} µ$/GPU-hour is above its limit",
+            reason_before_start="priced out before it started")
+        if lease.state == Lease.State.PREEMPTING:
+            preempted.append(lease.pk)
     return preempted
 
 

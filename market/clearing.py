@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any, Protocol, TextIO
 
-from market.money import to_dollars
+from billing.core.money import to_dollars
 
 MICROS_PER_DOLLAR = 1_000_000
 ONE_MICRO = Decimal("0.000001")

@@ -10,18 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.postgres.fields import DateTimeRangeField
 from django.db import IntegrityError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.db.models import DateTimeField, F, Func, Max, OuterRef, Q, Subquery, Value
 from django.utils import timezone
 
+from billing import services as money
+from billing.core.money import to_dollars
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
 from ibex.db import retry_on_deadlock
 from market.models import Allocation, Lease, LeaseEvent, Order
+from market.order_states import release_order_hold
 from pool import services as pool
-from pool.models import Node
+from pool.models import Gpu, Node, Pool
 
 S = Lease.State
 LEASE_TRANSITIONS = {
@@ -92,8 +96,6 @@ def allocation_key(allocation: Allocation) -> tuple:
 
 def gpu_names(gpu_ids) -> list[str]:
     """GPUs as people read them: `node/index`, in that order."""
-    from pool.models import Gpu
-
     return [f"{host}/{index}" for host, index in Gpu.objects.filter(pk__in=list(gpu_ids))
             .order_by("node__hostname", "index").values_list("node__hostname", "index")]
 
@@ -119,22 +121,16 @@ def change_lease_state(*, lease: Lease, to_state: str, actor: str, reason: str) 
         _release_from(locked, timezone.now())
         _release_hold(locked, reason=f"lease {locked.pk} {to_state}")
         if locked.quota_node_id is not None:  # a private pool's lease: GPU-hours, not money
-            from market import pool_orders
-
-            pool_orders.record_quota_usage(lease=locked)
+            _account_gpu_hours(locked)
     return locked
 
 
 def _release_hold(lease: Lease, reason: str) -> None:
     """Give the tenant back what the order's hold did not capture (the last partial minute,
     metered after the end, is charged from the available balance)."""
-    from market import services as money
-    from market.models import Hold
-
-    order_id = Order.objects.filter(lease=lease).values_list("pk", flat=True).first()
-    hold = Hold.objects.filter(order_ref=f"order-{order_id}").first() if order_id else None
-    if hold is not None:
-        money.release_hold(hold=hold, actor="market", reason=reason)
+    order = Order.objects.filter(lease=lease).first()
+    if order is not None:
+        release_order_hold(order, actor="market", reason=reason)
 
 
 def _unbind(lease: Lease) -> None:
@@ -225,8 +221,6 @@ def extend_lease(*, lease: Lease, hours: int, actor: str) -> Lease:
     (ExtensionRefused, `insufficient_funds` or `spend_limit_exceeded`), changing nothing. The
     exclusion constraint decides whether the GPUs stay free.
     """
-    from market import services as money
-
     order_id = Order.objects.filter(lease_id=lease.pk).values_list("pk", flat=True).first()
     if order_id is not None:  # lock order: the tenant's accounts, then the lease
         money.lock_tenant_balances(tenant=lease.tenant)
@@ -375,3 +369,75 @@ def move_many(*, moves: list[PlannedMove], actor: str = "scheduler") -> None:
         LeaseEvent(lease=m.lease, kind="moved", actor=actor,
                    reason=f"{m.reason}: GPUs {sorted(m.away_from)} → "
                           f"{sorted(g.gpu_id for g in m.onto)}") for m in moves])
+
+
+# --- private pools: GPU-hours, and preemption with notice --------------------------------------
+
+
+def used_micro_gpu_hours(lease: Lease) -> int:
+    """What a lease held, from its (cut) allocations, in micro-GPU-hours."""
+    seconds = 0
+    for (period,) in Allocation.objects.filter(lease=lease).values_list("period"):
+        if period.upper is not None:
+            seconds += max(0, int((period.upper - period.lower).total_seconds()))
+    return seconds * money.MICROS_PER_HOUR // 3600
+
+
+def _account_gpu_hours(lease: Lease) -> None:
+    """An ended pool lease's GPU-hours go to the ledger, from the pool's owner to the tenant."""
+    owner = Pool.objects.filter(quota_nodes=lease.quota_node_id).values_list("owner",
+                                                                             flat=True).get()
+    money.record_quota_usage(owner=Organization.objects.get(pk=owner), tenant=lease.tenant,
+                             lease_id=lease.pk, queue_id=lease.quota_node_id,
+                             micro_gpu_hours=used_micro_gpu_hours(lease))
+
+
+def give_notice(*, lease: Lease, reason: str, now: datetime, actor: str,
+                reason_before_start: str | None = None) -> Lease:
+    """Preempt a lease with the spot notice (auctions outbid it, a private pool reclaims it):
+    it becomes preempting until `preempt_at`, when `end_preempted_leases` ends it. A lease
+    not yet running has nothing to be warned about: it ends at once."""
+    if lease.state in (S.PENDING, S.PLACING):
+        return change_lease_state(lease=lease, to_state=S.TERMINATED, actor=actor,
+                                  reason=reason_before_start or f"{reason} (before it started)")
+    lease = change_lease_state(lease=lease, to_state=S.PREEMPTING, actor=actor, reason=reason)
+    notice_at = now + timedelta(seconds=settings.PREEMPTION_NOTICE_S)
+    Lease.objects.filter(pk=lease.pk).update(preempt_at=notice_at)
+    lease.preempt_at = notice_at
+    return lease
+
+
+# --- operators' refunds ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseCancellation:
+    lease_id: int
+    state: str
+    refunded_micros: int
+    detail: str
+
+
+@transaction.atomic
+def cancel_lease_with_refund(*, lease_id: int, actor: str, reason: str) -> LeaseCancellation:
+    """An operator settles a dispute: the lease ends now (terminated; its GPUs come free and the
+    unused hold goes back to the tenant) and everything the tenant was charged for it so far
+    comes back to the tenant's available balance, in one transaction (`refund_lease_charges`
+    says how). Refunding a lease twice refunds nothing more (checked under the lease's row
+    lock). The last partial minute, metered after the end, is billed as usual and not part of
+    the refund."""
+    if not reason.strip():
+        raise money.MoneyError("say why the lease is cancelled", field="reason")
+    lease = Lease.objects.select_for_update().select_related("tenant").get(pk=lease_id)
+    if lease.state not in ENDED:
+        lease = change_lease_state(lease=lease, to_state=S.TERMINATED, actor=actor,
+                                   reason=f"cancelled by an operator: {reason}")
+    refunded = money.refund_lease_charges(tenant=lease.tenant, lease_id=lease.pk, actor=actor,
+                                          reason=reason)
+    if refunded is None:
+        return LeaseCancellation(lease.pk, lease.state, 0, f"lease {lease.pk} was already refunded")
+    if refunded == 0:
+        return LeaseCancellation(lease.pk, lease.state, 0,
+                                 f"lease {lease.pk} {lease.state}; nothing was charged for it")
+    return LeaseCancellation(lease.pk, lease.state, refunded,
+                             f"lease {lease.pk} {lease.state}; {to_dollars(refunded)} USD refunded")

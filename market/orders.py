@@ -18,37 +18,26 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from billing import services as money
+from billing.core.money import divide_rounded
 from ibex.accounts.models import Organization
 from ibex.db import retry_on_deadlock
 from ibex.outbox import services as outbox
 from market import clearing, leasing, pool_orders
-from market import services as money
-from market.models import Hold, Lease, Order, OrderEvent
-from market.money import divide_rounded
+from market.models import Lease, Order, OrderEvent
+from market.order_states import (
+    OS,
+    OrderError,
+    change_order_state,
+    order_ref,
+    release_order_hold,
+)
 from market.placement_port import make_placer
 from pool.models import Gpu, GpuModel
 from pool.services import offered_gpus
 
-OS = Order.State
-ORDER_TRANSITIONS = {
-    OS.OPEN: {OS.FILLED, OS.RESTING, OS.REFUSED, OS.CANCELLED, OS.QUEUED},
-    OS.QUEUED: {OS.FILLED, OS.CANCELLED},
-    OS.RESTING: {OS.FILLED, OS.CANCELLED, OS.EXPIRED},
-    OS.FILLED: set(),
-    OS.REFUSED: set(),
-    OS.CANCELLED: set(),
-    OS.EXPIRED: set(),
-}
 LEVELS = ["fabric", "spine", "leaf", "node"]
 PLACEMENT_RETRIES = 3
-
-
-class OrderError(Exception):
-    """A refused order: `field` names bad input; `code` says how the API answers."""
-
-    def __init__(self, message: str, *, field: str | None = None, code: str = "invalid"):
-        super().__init__(message)
-        self.message, self.field, self.code = message, field, code
 
 
 @dataclass(frozen=True)
@@ -78,22 +67,8 @@ def allows_moves(request: OrderRequest) -> bool:
     return request.tier == Lease.Tier.SPOT
 
 
-def order_ref(order: Order) -> str:
-    return f"order-{order.pk}"
-
-
 def max_cost_micros(request: OrderRequest) -> int:
     return request.gpus * request.hours * request.max_price_micros
-
-
-def _change_state(order: Order, to_state: str, actor: str, reason: str) -> Order:
-    if to_state not in ORDER_TRANSITIONS[order.state]:
-        raise OrderError(f"a {order.state} order cannot become {to_state}", code="invalid_state")
-    OrderEvent.objects.create(order=order, from_state=order.state, to_state=to_state,
-                              actor=actor, reason=reason)
-    order.state, order.reason, order.state_changed_at = to_state, reason, timezone.now()
-    order.save(update_fields=["state", "reason", "state_changed_at", "lease"])
-    return order
 
 
 def _check_models(request: OrderRequest) -> None:
@@ -170,7 +145,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                 if match_on_demand(order=order, actor=actor).state != OS.FILLED:
                     _check_size(request)
             else:
-                _change_state(order, OS.RESTING, actor, "waiting for the next clearing")
+                change_order_state(order, OS.RESTING, actor=actor, reason="waiting for the next clearing")
     except IntegrityError:
         # a concurrent request with the same Idempotency-Key won the race
         existing = Order.objects.filter(tenant=tenant,
@@ -314,7 +289,7 @@ def match_on_demand(*, order: Order, actor: str) -> Order:
         except leasing.GpusUnavailable:
             continue  # another order took one of them meanwhile: look again
         order.lease = lease
-        _change_state(order, OS.FILLED, actor, f"filled by lease {lease.pk}")
+        change_order_state(order, OS.FILLED, actor=actor, reason=f"filled by lease {lease.pk}")
         # Through the outbox: an order taken while Redis is down still gets placed.
         outbox.enqueue("scheduler.place_lease", lease.pk)
         return order
@@ -349,15 +324,9 @@ def _not_filled(order: Order, reason: str, actor: str) -> Order:
             Order.objects.filter(pk=order.pk).update(reason=reason)
             order.reason = reason
             return order
-        return _change_state(order, OS.RESTING, actor, reason)
-    _release(order, actor, reason)
-    return _change_state(order, OS.REFUSED, actor, reason)
-
-
-def _release(order: Order, actor: str, reason: str) -> None:
-    hold = Hold.objects.filter(order_ref=order_ref(order)).first()
-    if hold is not None:
-        money.release_hold(hold=hold, actor=actor, reason=reason)
+        return change_order_state(order, OS.RESTING, actor=actor, reason=reason)
+    release_order_hold(order, actor=actor, reason=reason)
+    return change_order_state(order, OS.REFUSED, actor=actor, reason=reason)
 
 
 @transaction.atomic
@@ -365,8 +334,8 @@ def cancel_order(*, order: Order, actor: str) -> Order:
     order = Order.objects.select_for_update().get(pk=order.pk)
     if order.state not in (OS.OPEN, OS.RESTING, OS.QUEUED):
         raise OrderError(f"a {order.state} order cannot be cancelled", code="invalid_state")
-    _release(order, actor, "cancelled")
-    return _change_state(order, OS.CANCELLED, actor, "cancelled by the tenant")
+    release_order_hold(order, actor=actor, reason="cancelled")
+    return change_order_state(order, OS.CANCELLED, actor=actor, reason="cancelled by the tenant")
 
 
 

@@ -18,19 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 
 from ibex.accounts.models import Organization
 from ibex.outbox import services as outbox
-from market import leasing, ledger
-from market.models import GPU_HOURS, Account, Allocation, Lease, LedgerTransaction, Order
+from market import leasing
+from market.models import Lease, Order
+from market.order_states import OS, OrderError, change_order_state
 from pool.models import Gpu, Pool, PriorityClass, QuotaNode
 
-OS = Order.State
 HOLDING = (Lease.State.PENDING, Lease.State.PLACING, Lease.State.ACTIVE, Lease.State.PREEMPTING)
-MICROS_PER_HOUR = 1_000_000
 MAX_PRIORITY = 1000
 
 
@@ -46,8 +43,6 @@ def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: l
                    tier: str, max_price_micros: int, gpus: int, priority: int,
                    priority_class: str = ""):
     """The pool and queue an order names, or `market.orders.OrderError` naming the field."""
-    from market.orders import OrderError
-
     found = Pool.objects.filter(name=pool, kind=Pool.Kind.PRIVATE).first()
     queues = QuotaNode.objects.filter(pool=found, organization=tenant, children__isnull=True)
     if found is None or not queues.exists():
@@ -100,12 +95,10 @@ def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: l
 
 def queue_order(*, order: Order, target: PoolTarget, actor: str) -> Order:
     """A new pool order waits for the next admission pass (queued at once through the outbox)."""
-    from market.orders import _change_state
-
     order.pool, order.quota_node = target.pool, target.queue
     order.priority, order.priority_class = target.priority, target.priority_class
     order.save(update_fields=["pool", "quota_node", "priority", "priority_class"])
-    _change_state(order, OS.QUEUED, actor, "waiting for quota admission")
+    change_order_state(order, OS.QUEUED, actor=actor, reason="waiting for quota admission")
     outbox.enqueue("scheduler.admit_pool", target.pool.pk)
     return order
 
@@ -114,8 +107,6 @@ def fill_pool_order(*, order: Order, gpus: list[leasing.GpuChoice], gpu_model: s
                     starts_at: datetime, locality: dict, reason: str,
                     actor: str = "scheduler") -> Lease:
     """Admit a queued order: a lease on these GPUs in its queue, placed like market leases."""
-    from market.orders import _change_state
-
     lease = leasing.create_lease(
         tenant=order.tenant, tier=order.tier, gpu_model=gpu_model, gpus=gpus,
         starts_at=starts_at, ends_at=starts_at + timedelta(hours=order.hours), price_micros=0,
@@ -126,7 +117,7 @@ def fill_pool_order(*, order: Order, gpus: list[leasing.GpuChoice], gpu_model: s
     lease.quota_node_id, lease.priority = order.quota_node_id, order.priority
     order.lease, order.queue_position = lease, None
     order.save(update_fields=["queue_position"])
-    _change_state(order, OS.FILLED, actor, reason)
+    change_order_state(order, OS.FILLED, actor=actor, reason=reason)
     outbox.enqueue("scheduler.place_lease", lease.pk)
     return lease
 
@@ -136,19 +127,6 @@ def set_waiting(*, order_id: int, position: int, reason: str) -> None:
     Order.objects.filter(pk=order_id, state=OS.QUEUED).exclude(
         Q(queue_position=position) & Q(reason=reason[:500])).update(
         queue_position=position, reason=reason[:500])
-
-
-def give_notice(*, lease: Lease, reason: str, now: datetime, actor: str = "scheduler") -> Lease:
-    """Preempt a pool lease with the spot notice; one not yet running ends at once."""
-    if lease.state in (Lease.State.PENDING, Lease.State.PLACING):
-        return leasing.change_lease_state(lease=lease, to_state=Lease.State.TERMINATED,
-                                          actor=actor, reason=f"{reason} (before it started)")
-    lease = leasing.change_lease_state(lease=lease, to_state=Lease.State.PREEMPTING,
-                                       actor=actor, reason=reason)
-    notice_at = now + timedelta(seconds=settings.PREEMPTION_NOTICE_S)
-    Lease.objects.filter(pk=lease.pk).update(preempt_at=notice_at)
-    lease.preempt_at = notice_at
-    return lease
 
 
 def pool_leases(pool: Pool):
@@ -162,46 +140,6 @@ def pool_usage(pool: Pool) -> list[tuple[str, str, int]]:
     `pool.quotas.usage_of_pool` takes them."""
     return [(lease.quota_node.name, lease.gpu_model, lease.gpu_count)
             for lease in pool_leases(pool)]
-
-
-# --- GPU-hours accounting ------------------------------------------------------------------------
-
-
-def used_micro_gpu_hours(lease: Lease) -> int:
-    """What a lease held, from its (cut) allocations, in micro-GPU-hours."""
-    seconds = 0
-    for (period,) in Allocation.objects.filter(lease=lease).values_list("period"):
-        if period.upper is not None:
-            seconds += max(0, int((period.upper - period.lower).total_seconds()))
-    return seconds * MICROS_PER_HOUR // 3600
-
-
-def record_quota_usage(*, lease: Lease) -> LedgerTransaction | None:
-    """Account an ended pool lease's GPU-hours: pool owner's `quota_issued` → tenant's
-    `quota_used`, once per lease (called inside the lease's ending transaction)."""
-    if lease.quota_node_id is None:
-        return None
-    if LedgerTransaction.objects.filter(cause=LedgerTransaction.Cause.QUOTA_USAGE,
-                                        source_type="lease", source_id=str(lease.pk)).exists():
-        return None
-    amount = used_micro_gpu_hours(lease)
-    if amount <= 0:
-        return None
-    owner = Pool.objects.filter(quota_nodes=lease.quota_node_id).values_list("owner",
-                                                                             flat=True).get()
-    issued = ledger.account(Organization.objects.get(pk=owner), Account.Kind.QUOTA_ISSUED,
-                            GPU_HOURS)
-    used = ledger.account(lease.tenant, Account.Kind.QUOTA_USED, GPU_HOURS)
-    with transaction.atomic():
-        return ledger.move(from_account=issued, to_account=used, amount_micros=amount,
-                           cause=LedgerTransaction.Cause.QUOTA_USAGE, source_type="lease",
-                           source_id=lease.pk, actor="metering",
-                           memo=f"lease {lease.pk} in queue {lease.quota_node_id}")
-
-
-def gpu_hours_used(organization: Organization) -> float:
-    return ledger.balance(organization, Account.Kind.QUOTA_USED, GPU_HOURS) / MICROS_PER_HOUR
-
 
 
 def usage_and_waiting(pool: Pool) -> dict:

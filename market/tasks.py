@@ -1,4 +1,7 @@
-"""Celery tasks: thin wrappers that call Stripe (outside any transaction) or services."""
+"""Celery tasks for trading: metering, auction clearing, resting orders and lease ends.
+
+Thin wrappers around `market` services; the names are the wire contract of the queues.
+"""
 
 from datetime import datetime, timedelta
 
@@ -6,74 +9,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from market import services, stripe_gateway
-from market.models import ConnectAccount, Payout, Refund, TopUp
-
-PAYMENT_INTENT_TRIES = 6
-
-
-@shared_task(name="market.create_payment_intent", bind=True, max_retries=PAYMENT_INTENT_TRIES - 1)
-def create_payment_intent(self, top_up_id: int) -> str:
-    top_up = TopUp.objects.select_related("tenant").get(pk=top_up_id)
-    if top_up.payment_intent_id or top_up.state != TopUp.State.CREATED:
-        return top_up.payment_intent_id or top_up.state
-    try:
-        intent = stripe_gateway.create_payment_intent(top_up)
-    except stripe_gateway.StripeError as exc:
-        refused = exc.http_status and exc.http_status < 500 and exc.http_status != 429
-        if refused or self.request.retries >= self.max_retries:
-            # never left `created` for ever: the tenant reads why it failed
-            why = (exc.user_message or str(exc)) if refused else (
-                f"Stripe could not be reached after {self.request.retries + 1} tries: {exc}")
-            services.top_up_failed(top_up_id=top_up.pk, error=why, actor="stripe")
-            return "refused" if refused else "failed"
-        raise self.retry(exc=exc, countdown=2 ** self.request.retries) from None
-    services.record_payment_intent(top_up=top_up, payment_intent_id=intent.id,
-                                   client_secret=intent.client_secret)
-    return intent.id
-
-
-@shared_task(name="market.send_refund", autoretry_for=(stripe_gateway.StripeError,),
-             retry_backoff=True, max_retries=5)
-def send_refund(refund_id: int) -> str:
-    refund = Refund.objects.select_related("top_up").get(pk=refund_id)
-    if refund.state != Refund.State.PENDING:
-        return refund.state
-    try:
-        stripe_refund = stripe_gateway.create_refund(refund)
-    except stripe_gateway.StripeError as exc:
-        if exc.http_status and exc.http_status < 500 and exc.http_status != 429:
-            return services.refund_failed(refund_id=refund.pk, error=str(exc.user_message or exc))
-        raise
-    if stripe_refund.status == "succeeded":
-        return services.refund_succeeded(refund_id=refund.pk, stripe_refund_id=stripe_refund.id)
-    return stripe_refund.status
-
-
-@shared_task(name="market.create_connect_account", autoretry_for=(stripe_gateway.StripeError,),
-             retry_backoff=True, max_retries=5)
-def create_connect_account(connect_id: int) -> str:
-    connect = ConnectAccount.objects.select_related("organization").get(pk=connect_id)
-    account_id, url = stripe_gateway.create_connect_account(connect)
-    services.record_connect_account(connect=connect, stripe_account_id=account_id,
-                                    onboarding_url=url)
-    return account_id
-
-
-@shared_task(name="market.send_payout", autoretry_for=(stripe_gateway.StripeError,),
-             retry_backoff=True, max_retries=5)
-def send_payout(payout_id: int) -> str:
-    payout = Payout.objects.select_related("provider__connect_account").get(pk=payout_id)
-    if payout.state != Payout.State.PENDING:
-        return payout.state
-    try:
-        transfer_id, bank_payout_id = stripe_gateway.send_payout(payout)
-    except stripe_gateway.StripeError as exc:
-        if exc.http_status and exc.http_status < 500 and exc.http_status != 429:
-            return services.payout_failed(payout_id=payout.pk, error=str(exc.user_message or exc))
-        raise
-    services.record_payout_ids(payout=payout, transfer_id=transfer_id, payout_id=bank_payout_id)
-    return bank_payout_id
+from market import auctions, leasing, metering, orders
 
 
 @shared_task(name="market.meter_usage")
@@ -82,57 +18,27 @@ def meter_usage(minute: str | None = None) -> int:
     ended (beat: once a minute). Billing is once per lease and minute, so a run that was
     lost (a worker killed, the beat late) is made up by the next one, not skipped."""
     if minute is not None:
-        return services.meter_minute(minute=datetime.fromisoformat(minute))
+        return metering.meter_minute(minute=datetime.fromisoformat(minute))
     last_minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
-    return sum(services.meter_minute(minute=last_minute - timedelta(minutes=back))
+    return sum(metering.meter_minute(minute=last_minute - timedelta(minutes=back))
                for back in reversed(range(settings.METERING_CATCH_UP_MINUTES)))
-
-
-@shared_task(name="market.schedule_payouts")
-def schedule_payouts() -> int:
-    return len(services.schedule_payouts())
-
-
-@shared_task(name="market.resend_unsent_payouts")
-def resend_unsent_payouts() -> int:
-    """Send again the payouts whose send_payout task was lost (beat)."""
-    unsent = services.unsent_payouts(older_than_s=settings.PAYOUT_RESEND_AFTER_S)
-    for payout_id in unsent:
-        send_payout.delay(payout_id)
-    return len(unsent)
-
-
-@shared_task(name="market.start_automatic_top_ups")
-def start_automatic_top_ups() -> int:
-    return len(services.start_automatic_top_ups())
-
-
-# --- auctions -------------------------------------------------------------------------------------
 
 
 @shared_task(name="market.clear_markets")
 def clear_markets() -> int:
-    from market import auctions
-
     return len(auctions.clear_markets())
 
 
 @shared_task(name="market.end_preempted_leases")
 def end_preempted_leases() -> list[int]:
-    from market import auctions
-
     return auctions.end_preempted_leases()
 
 
 @shared_task(name="market.retry_resting_orders")
 def retry_resting_orders() -> list[int]:
-    from market import orders
-
     return orders.retry_resting_orders()
 
 
 @shared_task(name="market.complete_ended_leases")
 def complete_ended_leases() -> list[int]:
-    from market import leasing
-
     return leasing.complete_ended_leases()

@@ -1,24 +1,11 @@
-from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from market import api, api_trading
+from market import api
 
 router = SimpleRouter()
-router.register("account/entries", api.EntryViewSet, basename="entry")
-router.register("account/topups", api.TopUpViewSet, basename="topup")
-router.register("account/refunds", api.RefundViewSet, basename="refund")
-router.register("account/payouts", api.PayoutViewSet, basename="payout")
-router.register("prices", api_trading.PriceViewSet, basename="price")
-router.register("leases", api_trading.LeaseViewSet, basename="lease")
-router.register("orders", api_trading.OrderViewSet, basename="order")
-router.register("markets", api_trading.MarketViewSet, basename="market")
+router.register("prices", api.PriceViewSet, basename="price")
+router.register("leases", api.LeaseViewSet, basename="lease")
+router.register("orders", api.OrderViewSet, basename="order")
+router.register("markets", api.MarketViewSet, basename="market")
 
-urlpatterns = [
-    path("account/", api.AccountView.as_view(), name="account"),
-    path("account/connect/", api.ConnectView.as_view(), name="account-connect"),
-    path("account/invoices/", api.InvoiceListView.as_view(), name="invoices"),
-    path("account/invoices/<str:month>/", api.InvoiceView.as_view(), name="invoice"),
-    path("account/statements/<str:month>/", api.StatementView.as_view(), name="statement"),
-    path("stripe/webhook/", api.StripeWebhookView.as_view(), name="stripe-webhook"),
-    *router.urls,
-]
+urlpatterns = router.urls

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from market.money import to_dollars
+from billing.core.money import to_dollars
 from scheduler.models import (
     DefragRun,
     Event,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import django_filters
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
+from market.api import DollarsField
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -13,7 +14,6 @@ from rest_framework.views import APIView
 
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrTrade, organization_of
-from market.api import DollarsField
 from market.models import Lease
 from scheduler import sla, webhooks
 from scheduler.models import Event, SlaCredit, WebhookDelivery, WebhookEndpoint

@@ -55,7 +55,7 @@ class SlaCredit(models.Model):
     owed_micros = models.BigIntegerField(help_text="all the lease was owed at window_end")
     amount_micros = models.BigIntegerField(help_text="this credit: owed less earlier credits")
     reason = models.CharField(max_length=500)
-    transaction = models.OneToOneField("market.LedgerTransaction", on_delete=models.PROTECT,
+    transaction = models.OneToOneField("billing.LedgerTransaction", on_delete=models.PROTECT,
                                        null=True, blank=True, related_name="sla_credit")
     created_at = models.DateTimeField(auto_now_add=True)
 

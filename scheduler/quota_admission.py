@@ -240,8 +240,8 @@ def _reclaim(tree, leases, queued, waiting, now, report) -> None:
         gpus = sum(by_id[v].gpu_count for v in victims)
         for victim in victims:
             lease = by_id[victim]
-            pool_orders.give_notice(
-                lease=lease, now=now,
+            leasing.give_notice(
+                lease=lease, now=now, actor="scheduler",
                 reason=f"reclaimed for order {order_id} in queue {workload.queue}")
             report.preempted.append(lease.pk)
         waiting[order_id] = (f"reclaiming {gpus} GPUs from {len(victims)} lease(s) "

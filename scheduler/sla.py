@@ -28,11 +28,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from billing import services as money
+from billing.core.money import to_dollars
+from billing.models import UsageRecord
 from market import leasing
-from market import services as money
 from market.leasing import locality_of
-from market.models import Allocation, Lease, LeaseEvent, UsageRecord
-from market.money import to_dollars
+from market.models import Allocation, Lease, LeaseEvent
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
 from scheduler import events

@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ibex.outbox import services as outbox
-from market import pool_orders
+from market import leasing, pool_orders
 from market.models import Lease, Order
 from pool import quota as core
 from pool import quotas
@@ -93,7 +93,7 @@ def apply_step(*, step: TidalStep, due: datetime, now: datetime) -> TidalRun | N
     victims = core.give_way(running, change.excess)
     by_id = {str(lease.pk): lease for lease in holding}
     for victim in victims:
-        pool_orders.give_notice(lease=by_id[victim], now=now,
+        leasing.give_notice(lease=by_id[victim], now=now, actor="scheduler",
                                 reason=f"tidal schedule {step.name}: quota moved")
     run.gpus_to_give_way = sum(gpus for _, _, gpus in change.excess)
     run.leases_preempted = len(victims)

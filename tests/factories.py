@@ -19,8 +19,8 @@ def client_for(org, scopes=("read", "trade", "provide")) -> APIClient:
 
 def fund(org, dollars: str, reason: str = "test funds"):
     """Give an organisation available balance through the ledger (a credit grant)."""
-    from market import money
-    from market import services as market
+    from billing import services as market
+    from billing.core import money
 
     return market.grant_credit(organization=org, amount_micros=money.to_micros(dollars),
                                reason=reason, actor="test")

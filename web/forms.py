@@ -4,10 +4,10 @@ from django import forms
 from django.contrib.auth.forms import UserCreationForm
 from django.utils.text import slugify
 
+from billing.core.money import BadAmount, parse_dollars
 from fabric.api import MAX_UPLOAD_BYTES
 from ibex.accounts.models import ApiKey, Organization
 from market.models import Lease, Order
-from market.money import BadAmount, parse_dollars
 from pool.models import GpuModel, PriorityClass
 
 LEVEL_CHOICES = [("", "anywhere"), ("node", "one node"), ("leaf", "one leaf"),

@@ -19,11 +19,11 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from market import invoices
-from market import services as money
-from market.models import Entry, TopUp
-from market.money import to_micros
-from market.services import balances_of
+from billing import invoices
+from billing import services as money
+from billing.core.money import to_micros
+from billing.models import Entry, TopUp
+from billing.services import balances_of
 from web.orgs import tenant_required
 
 ENTRIES = 25

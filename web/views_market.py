@@ -4,9 +4,9 @@ from django.http import Http404
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from market.api_trading import market_summaries, market_summary
+from billing.core.money import to_micros
+from market.api import market_summaries, market_summary
 from market.models import Clearing
-from market.money import to_micros
 from pool.models import GpuModel
 from web.charts import price_line
 

@@ -12,13 +12,15 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from billing import invoices
+from billing.models import ConnectAccount, Payout, UsageRecord
+from billing.services import balances_of
 from fabric import services as fabric_services
 from fabric.models import Fabric
 from fabric.selectors import node_domains
 from ibex.accounts.models import ProviderProfile
-from market import invoices, prices
-from market.models import Allocation, ConnectAccount, Payout, UsageRecord
-from market.services import balances_of
+from market import prices
+from market.models import Allocation
 from pool.models import Gpu, Node
 from web.fabric_picture import NodeState, layout
 from web.forms import FabricImportForm, PriceForm

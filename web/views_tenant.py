@@ -8,6 +8,7 @@ from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from billing.services import balances_of
 from ibex import ratelimit
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
@@ -19,7 +20,6 @@ from market.leasing import (
     locality_of,
 )
 from market.models import Lease, Order
-from market.services import balances_of
 from pool.services import offered_gpus
 from web.forms import ORDER_FIELDS, ApiKeyForm, OrderForm
 from web.orgs import member_required, tenant_required

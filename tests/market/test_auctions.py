@@ -5,9 +5,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from billing import services as money
 from ibex.outbox.models import OutboxMessage
 from market import auctions, leasing, orders, prices
-from market import services as money
 from market.models import Clearing, Lease, Order
 from pool.models import Node
 from tests.factories import client_for, make_org

@@ -6,13 +6,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from market import services
-from market.models import Account, Allocation, Hold, Lease, LedgerTransaction
+from billing import services
+from billing.models import Account, Hold, LedgerTransaction
+from market import leasing
+from market.models import Allocation, Lease
 from market.orders import OrderRequest, place_order
 from pool import services as pool
 from pool.models import Node
+from tests.billing.conftest import balance
 from tests.factories import fund, make_org
-from tests.market.conftest import balance
 from tests.market.inventory import provider_with_nodes
 
 Kind = Account.Kind
@@ -56,7 +58,7 @@ def test_a_cancelled_lease_ends_frees_its_gpus_and_refunds_every_charge(tenant, 
         tenant, Kind.TENANT_HELD)
     assert charged == 30 * 266_667  # each minute rounded to the micro-dollar
 
-    done = services.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops",
+    done = leasing.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops",
                                              reason="the tenant's job never started")
 
     lease.refresh_from_db()
@@ -75,9 +77,9 @@ def test_a_cancelled_lease_ends_frees_its_gpus_and_refunds_every_charge(tenant, 
 
 def test_refunding_a_lease_twice_refunds_it_once(tenant, provider):
     lease = leased_and_billed(tenant, provider, minutes=6)
-    services.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops", reason="dispute")
+    leasing.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops", reason="dispute")
 
-    again = services.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops",
+    again = leasing.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops",
                                               reason="dispute")
 
     assert again.refunded_micros == 0 and "already refunded" in again.detail
@@ -88,13 +90,13 @@ def test_refunding_a_lease_twice_refunds_it_once(tenant, provider):
 def test_a_share_already_paid_out_is_covered_by_the_platform(tenant, provider):
     lease = leased_and_billed(tenant, provider, minutes=30)
     payable = balance(provider, Kind.PROVIDER_PAYABLE)
-    from market import ledger
+    from billing import ledger
 
     ledger.move(from_account=ledger.account(provider, Kind.PROVIDER_PAYABLE),
                 to_account=ledger.account(None, Kind.STRIPE_CLEARING), amount_micros=payable,
                 cause="payout", source_type="payout", source_id="test", actor="test")
 
-    services.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops", reason="dispute")
+    leasing.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops", reason="dispute")
 
     assert balance(tenant, Kind.TENANT_AVAILABLE) == 500_000_000
     assert balance(None, Kind.SLA_CREDITS) == -payable
@@ -104,7 +106,7 @@ def test_a_cancellation_needs_a_reason_and_changes_nothing_without_one(tenant, p
     lease = leased_and_billed(tenant, provider, minutes=2)
 
     with pytest.raises(services.MoneyError) as refused:
-        services.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops", reason=" ")
+        leasing.cancel_lease_with_refund(lease_id=lease.pk, actor="olga-ops", reason=" ")
 
     assert refused.value.field == "reason"
     lease.refresh_from_db()

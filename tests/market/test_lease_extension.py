@@ -3,8 +3,10 @@ extension is refused like an order the tenant cannot pay for, and nothing change
 
 from datetime import timedelta
 
-from market import ledger, orders, prices
-from market.models import Account, Allocation, Hold, LeaseEvent
+from billing import ledger
+from billing.models import Account, Hold
+from market import orders, prices
+from market.models import Allocation, LeaseEvent
 from pool.models import Node
 from tests.factories import client_for, fund
 from tests.market.inventory import provider_with_nodes
@@ -66,7 +68,7 @@ def test_an_affordable_extension_holds_each_gpus_price_for_the_extra_hours(tenan
 
 
 def test_an_extension_over_the_spend_limit_is_refused_as_an_order_would_be(tenant, tenant_client):
-    from market import services as money
+    from billing import services as money
 
     order = leased_16_gpus(tenant, "100000.00")
     money.set_spend_limits(organization=tenant, per_hour_micros=None,

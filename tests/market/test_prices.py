@@ -162,7 +162,7 @@ def test_the_schema_states_the_pattern_the_parser_applies(client, db):
 
     import yaml
 
-    from market.money import DOLLARS_PATTERN
+    from billing.core.money import DOLLARS_PATTERN
 
     schema = yaml.safe_load(client.get("/api/v1/schema/").content)
     patterns = {prop["pattern"] for component in schema["components"]["schemas"].values()

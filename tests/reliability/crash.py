@@ -89,8 +89,9 @@ def invariants(fake) -> dict:
     from django.db import connection
     from django.utils import timezone
 
-    from market import ledger
-    from market.models import Lease, Payout
+    from billing import ledger
+    from billing.models import Payout
+    from market.models import Lease
     from scheduler import services as scheduler
 
     with connection.cursor() as cursor:
@@ -321,14 +322,14 @@ class Metering(Scenario):
         return self.first_minute + timedelta(minutes=i)
 
     def start_round(self, i):
-        from market import services
+        from market import metering
 
-        self.expected = len(services.running_leases(minute=self.minute(i)))
+        self.expected = len(metering.running_leases(minute=self.minute(i)))
         assert self.expected == 6
         self.send("market.meter_usage", self.minute(i).isoformat())
 
     def done(self, i):
-        from market.models import UsageRecord
+        from billing.models import UsageRecord
 
         return UsageRecord.objects.filter(minute=self.minute(i)).count() == self.expected
 
@@ -336,7 +337,7 @@ class Metering(Scenario):
         self.send("market.meter_usage", self.minute(i).isoformat())
 
     def end_round(self, i):
-        from market.models import Entry, UsageRecord
+        from billing.models import Entry, UsageRecord
 
         records = UsageRecord.objects.filter(minute=self.minute(i))
         assert records.count() == self.expected
@@ -355,8 +356,8 @@ class Payouts(Scenario):
     PROVIDERS = 3
 
     def setup(self):
-        from market import services, stripe_gateway
-        from market.models import ConnectAccount
+        from billing import services, stripe_gateway
+        from billing.models import ConnectAccount
         from tests.factories import fund, make_org
 
         self.payer = make_org("crash-payer", "tenant")
@@ -375,7 +376,7 @@ class Payouts(Scenario):
     def start_round(self, i):
         from django.utils import timezone
 
-        from market import services
+        from billing import services
 
         minute = timezone.now().replace(second=0, microsecond=0) - timedelta(days=1, minutes=i)
         for provider in self.providers:
@@ -388,8 +389,8 @@ class Payouts(Scenario):
     def done(self, i):
         from django.conf import settings
 
-        from market import services
-        from market.models import Payout
+        from billing import services
+        from billing.models import Payout
 
         return (all(services.balances_of(p).payable_micros < settings.PAYOUT_MINIMUM_MICROS
                     for p in self.providers)

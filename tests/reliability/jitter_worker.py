@@ -18,8 +18,9 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ibex.settings")
 django.setup()
 
+from billing import ledger, services  # noqa: E402
 from ibex.celery import app  # noqa: E402
-from market import leasing, ledger, services  # noqa: E402
+from market import leasing  # noqa: E402
 from pool import services as pool  # noqa: E402
 
 JITTER_S = float(os.environ.get("IBEX_CRASH_JITTER_MS", "30")) / 1000

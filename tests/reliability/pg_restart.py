@@ -166,7 +166,7 @@ def _load(args, postgres) -> dict:
 def _wait_and_check(figures: dict) -> dict:
     from django.db import close_old_connections, connection
 
-    from market import ledger
+    from billing import ledger
     from market.models import Lease, Order
 
     close_old_connections()
@@ -217,7 +217,8 @@ def _pending_leases(order_ids: list[int]) -> list[dict]:
 
 
 def _orphan_holds() -> int:
-    from market.models import Hold, Order
+    from billing.models import Hold
+    from market.models import Order
     from market.orders import order_ref
 
     live = {order_ref(o) for o in Order.objects.filter(state__in=["open", "resting", "filled"])}

@@ -5,8 +5,8 @@ from datetime import datetime, timedelta
 
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 
-from market import leasing, orders, prices
-from market import services as money
+from billing import services as money
+from market import leasing, metering, orders, prices
 from market.models import Allocation, Lease, LeaseEvent
 from pool.models import Binding, Gpu, HealthEvent, Node
 from scheduler import services as scheduler
@@ -91,7 +91,7 @@ def meter(lease: Lease, minutes: int) -> None:
     """Bill the lease's first `minutes` whole minutes the way the metering beat does."""
     first = (lease.starts_at + MINUTE).replace(second=0, microsecond=0)
     for k in range(minutes):
-        money.meter_minute(minute=first + k * MINUTE)
+        metering.meter_minute(minute=first + k * MINUTE)
 
 
 __all__ = ["gpus_of"]

@@ -8,9 +8,9 @@ import time
 import pytest
 import requests
 
+from billing import services as money
 from ibex.accounts import services as accounts
 from market import prices
-from market import services as money
 from market.models import Lease
 from pool.models import Node
 from scheduler import services as scheduler

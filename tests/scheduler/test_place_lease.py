@@ -3,9 +3,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from billing import services as money
+from billing.models import Hold
 from market import prices
-from market import services as money
-from market.models import Allocation, Hold, Lease
+from market.models import Allocation, Lease
 from market.orders import FoundGpus, FreeGpu
 from pool import services as pool
 from pool.models import Binding, Gpu, Node

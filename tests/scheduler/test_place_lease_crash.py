@@ -14,9 +14,9 @@ import time
 import pytest
 from django.db import DatabaseError, transaction
 
+from billing import services as money
 from ibex.celery import app as celery_app
 from market import orders, prices
-from market import services as money
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
 from pool.models import Binding, Node

@@ -10,9 +10,11 @@ from django.conf import settings
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.utils import timezone
 
-from market import auctions, leasing, ledger, prices
-from market import services as money
-from market.models import GPU_HOURS, Account, Allocation, Lease, Order
+from billing import ledger
+from billing import services as money
+from billing.models import GPU_HOURS, Account
+from market import auctions, leasing, prices
+from market.models import Allocation, Lease, Order
 from pool import quotas
 from pool.models import Binding, Gpu, Node, Pool
 from scheduler import remediation, tasks
@@ -322,8 +324,8 @@ def test_another_organisation_sees_the_quotas_but_not_whose_orders_wait(campus, 
 
 
 def test_gpus_of_a_private_pool_are_not_sold_on_the_market(campus):
+    from billing import services as money
     from market import orders, prices
-    from market import services as money
 
     prices.set_prices(provider=Node.objects.first().provider, scope={"fabric": "lab"},
                       price_micros=1_000_000, actor="test")

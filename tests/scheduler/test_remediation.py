@@ -1,7 +1,7 @@
 from django.utils import timezone
 
+from billing import services as money
 from market import prices
-from market import services as money
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
 from pool.models import Binding, Gpu, Node

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from market import ledger
-from market import services as money
-from market.models import LedgerTransaction
+from billing import ledger
+from billing import services as money
+from billing.models import LedgerTransaction
 from scheduler import sla
 from scheduler.models import Event, LeaseSla, SlaCredit
 from tests.factories import client_for, make_org

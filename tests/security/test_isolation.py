@@ -22,13 +22,13 @@ from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
+from billing import services as market
 from fabric import generators
 from fabric import services as fabric_services
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
 from ibex.accounts.permissions import ALL_SCOPES, _ScopePermission
 from market import leasing
-from market import services as market
 from market.orders import OrderRequest, place_order
 from pool import services as pool
 from pool.models import Gpu, Pool

@@ -2,9 +2,9 @@ import re
 
 import pytest
 
-from market import services as money
-from market.invoices import months_with_activity
-from market.models import TopUp
+from billing import services as money
+from billing.invoices import months_with_activity
+from billing.models import TopUp
 
 
 @pytest.fixture(autouse=True)

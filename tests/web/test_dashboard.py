@@ -1,5 +1,5 @@
+from billing.services import balances_of
 from market.models import Lease, Order
-from market.services import balances_of
 
 ORDER = {"gpu_model": "H100-80GB", "gpus": "8", "hours": "2", "tier": "on_demand",
          "max_price": "3.00", "level": "node", "strict": "required", "fill": "fill_or_kill",

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from market import services
-from market.models import ConnectAccount, Payout
+from billing import services
+from billing.models import ConnectAccount, Payout
 
 
 @pytest.fixture(autouse=True)

@@ -107,7 +107,7 @@ def test_terminating_from_the_lease_page_answers_the_lease(tenant_web, tenant, p
 
 
 def test_a_resting_order_is_cancelled_from_the_dashboard(tenant_web, tenant, provider):
-    from market.services import balances_of
+    from billing.services import balances_of
 
     tenant_web.post("/app/", RESTING)
     order = Order.objects.get(tenant=tenant)

@@ -4,8 +4,9 @@ refund (a reason asked on a confirmation page), and the lists operators search."
 import pytest
 from django.contrib.auth import get_user_model
 
+from billing.models import LedgerTransaction
 from ibex.accounts.models import ProviderProfile
-from market.models import Lease, LedgerTransaction
+from market.models import Lease
 from market.orders import OrderRequest, place_order
 from pool.models import Node
 
@@ -72,7 +73,7 @@ def test_an_operator_cancels_a_lease_with_a_refund(operator_admin, tenant, provi
 
 
 @pytest.mark.parametrize("path", ["/admin/market/lease/", "/admin/market/order/",
-                                  "/admin/market/clearing/", "/admin/market/payout/",
+                                  "/admin/market/clearing/", "/admin/billing/payout/",
                                   "/admin/pool/node/", "/admin/accounts/providerprofile/"])
 def test_operator_lists_search_and_filter(operator_admin, tenant, provider, path):
     a_lease(tenant)

@@ -1,6 +1,6 @@
 from django import template
 
-from market.money import divide_rounded
+from billing.core.money import divide_rounded
 
 register = template.Library()
 

@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from billing import services as money
 from fabric import generators
 from fabric import services as fabric_services
 from fabric.models import Fabric, Host
@@ -22,7 +23,6 @@ from ibex.accounts import services as accounts
 from ibex.accounts.models import Membership, Organization, ProviderProfile
 from ibex.runtime import var_dir
 from market import prices
-from market import services as money
 from market.models import GpuPrice
 from pool import quotas
 from pool import services as pool

@@ -5,10 +5,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, InternalError, transaction
 
+from billing import services as market
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ProviderProfile
 from ibex.audit.models import AuditEntry
-from market import services as market
 from pool.models import Node
 from tests.factories import client_for, fund, make_org
 from tests.market.inventory import provider_with_nodes
@@ -26,7 +26,7 @@ def operator_web(client, db):
 def test_an_operator_granting_credit_in_the_admin_is_recorded_with_who_and_where(operator_web):
     tenant = make_org("acme-ai", "tenant")
 
-    operator_web.post("/admin/market/creditgrant/add/", {
+    operator_web.post("/admin/billing/creditgrant/add/", {
         "organization": tenant.pk, "amount": "25.50", "reason": "goodwill"},
         REMOTE_ADDR=OPERATOR_IP)
 
@@ -36,7 +36,7 @@ def test_an_operator_granting_credit_in_the_admin_is_recorded_with_who_and_where
     assert entry.details == {"reason": "goodwill"} and entry.at is not None
     # Django admin's own log of the same add is mirrored too.
     assert AuditEntry.objects.filter(action="admin.add", actor="olga",
-                                     target_type="market.creditgrant").exists()
+                                     target_type="billing.creditgrant").exists()
 
 
 def test_verifying_a_provider_in_the_admin_is_recorded(operator_web):

@@ -13,7 +13,7 @@ from django.db import connections
 
 # The one fake Stripe of the run (started, and the environment a Celery worker inherits set,
 # when this is first imported): the card element's tests confirm payments on it.
-from tests.market.conftest import STRIPE_SERVER, WEBHOOK_SECRET
+from tests.billing.conftest import STRIPE_SERVER, WEBHOOK_SECRET
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

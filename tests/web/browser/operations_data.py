@@ -5,8 +5,10 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from market import leasing, services
-from market.models import ConnectAccount, Lease, Payout
+from billing import services
+from billing.models import ConnectAccount, Payout
+from market import leasing
+from market.models import Lease
 from pool.models import Gpu
 from scheduler.models import Event, SlaCredit, WebhookDelivery, WebhookEndpoint
 

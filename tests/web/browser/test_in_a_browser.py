@@ -5,8 +5,8 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 
+from billing import services as money
 from ibex.accounts.models import Organization
-from market import services as money
 from market.models import GpuPrice, Lease
 from market.orders import OrderRequest, place_order
 from tests.web.browser.market_data import lively_market

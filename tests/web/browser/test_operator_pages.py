@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from django.contrib.auth import get_user_model
 
+from billing import services as money
 from ibex.accounts.models import Organization
-from market import services as money
 from pool.models import Node
 from tests.web.browser.market_data import lively_market
 from tests.web.browser.operations_data import (

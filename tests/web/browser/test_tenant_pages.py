@@ -4,9 +4,10 @@ import re
 
 import pytest
 
+from billing import services as money
+from billing.models import TopUp
 from ibex.accounts.models import Organization
-from market import services as money
-from market.models import Lease, TopUp
+from market.models import Lease
 from market.orders import OrderRequest, place_order
 from tests.web.browser.market_data import lively_market
 from tests.web.conftest import PASSWORD, person

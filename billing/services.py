@@ -14,15 +14,14 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, OuterRef, Subquery, Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
-from ibex.accounts.models import Organization
-from ibex.audit.services import record_audit
-from ibex.outbox import services as outbox
-from market import ledger
-from market.ledger import InsufficientFunds, Line
-from market.models import (
+from billing import ledger
+from billing.core.money import divide_rounded, stripe_minor_units, to_dollars
+from billing.ledger import InsufficientFunds, Line
+from billing.models import (
+    GPU_HOURS,
     Account,
     ConnectAccount,
     CreditGrant,
@@ -36,7 +35,9 @@ from market.models import (
     TopUp,
     UsageRecord,
 )
-from market.money import divide_rounded, stripe_minor_units, to_dollars
+from ibex.accounts.models import Organization
+from ibex.audit.services import record_audit
+from ibex.outbox import services as outbox
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +59,17 @@ class TransitionError(MoneyError):
         super().__init__(message, code="invalid_transition")
 
 
-def _queue(task, *args) -> None:
+# Stripe is called by these tasks (billing/tasks.py), named here because tasks import services.
+CREATE_PAYMENT_INTENT = "market.create_payment_intent"
+SEND_REFUND = "market.send_refund"
+CREATE_CONNECT_ACCOUNT = "market.create_connect_account"
+SEND_PAYOUT = "market.send_payout"
+
+
+def _queue(task_name: str, *args) -> None:
     """Hand a task to Celery through the outbox: recorded in this transaction, sent after
     commit, and sent later by the relay if Redis is down meanwhile."""
-    outbox.enqueue(task.name, *args)
-
-
-def _tasks():
-    from market import tasks  # tasks import services: resolve at call time
-
-    return tasks
+    outbox.enqueue(task_name, *args)
 
 
 # --- state machines -----------------------------------------------------------------------------
@@ -393,80 +395,25 @@ def record_usage(*, lease_ref: str, payer: Organization, payee: Organization,
     return record
 
 
-@dataclass(frozen=True)
-class RunningLease:
-    """What metering needs to know about a lease; the market issue builds these from leases."""
+# --- private pools: GPU-hours, never money ---------------------------------------------------------
 
-    ref: str
-    payer: Organization
-    payee: Organization
-    price_per_gpu_hour_micros: int
-    gpus: int
-    started_at: datetime
-    ended_at: datetime | None = None
-    order_ref: str | None = None
+MICROS_PER_HOUR = 1_000_000
 
 
-BILLABLE_STATES = ("active", "preempting", "completed", "terminated", "preempted")
-
-
-def running_leases(*, minute: datetime) -> list[RunningLease]:
-    """Leases that served GPUs during the minute, one entry per (lease, provider, posted price).
-
-    Billing starts when the lease became active (not while it was being placed) and stops
-    where its allocations end (cut at termination or preemption).
-    """
-    from market.models import Allocation, LeaseEvent
-
-    end_of_minute = minute + timedelta(minutes=1)
-    activated = LeaseEvent.objects.filter(lease=OuterRef("lease"), to_state="active").values("at")
-    rows = (
-        Allocation.objects.filter(lease__state__in=BILLABLE_STATES,
-                                  period__overlap=(minute, end_of_minute))
-        .annotate(activated_at=Subquery(activated[:1]))
-        .filter(activated_at__isnull=False, activated_at__lt=end_of_minute)
-        .values_list("lease_id", "lease__tenant_id", "gpu__node__provider_id", "price_micros",
-                     "period", "activated_at", "lease__order__id")
-    )
-    groups: dict[tuple, dict] = {}
-    for lease_id, tenant_id, provider_id, price, period, activated_at, order_id in rows:
-        key = (lease_id, provider_id, price)
-        group = groups.setdefault(key, {"tenant": tenant_id, "gpus": 0, "order": order_id,
-                                        "start": max(period.lower, activated_at),
-                                        "end": period.upper})
-        group["gpus"] += 1
-    orgs = Organization.objects.in_bulk({g["tenant"] for g in groups.values()}
-                                        | {k[1] for k in groups})
-    return [
-        RunningLease(ref=f"L-{lease_id}:{orgs[provider_id].slug}:{price}",
-                     payer=orgs[g["tenant"]], payee=orgs[provider_id],
-                     price_per_gpu_hour_micros=price, gpus=g["gpus"], started_at=g["start"],
-                     ended_at=g["end"], order_ref=f"order-{g['order']}" if g["order"] else None)
-        for (lease_id, provider_id, price), g in sorted(groups.items())
-    ]
-
-
-def seconds_in_minute(lease: RunningLease, minute: datetime) -> int:
-    end_of_minute = minute + timedelta(minutes=1)
-    start = max(lease.started_at, minute)
-    end = min(lease.ended_at or end_of_minute, end_of_minute)
-    return max(0, int((end - start).total_seconds()))
-
-
-def meter_minute(*, minute: datetime) -> int:
-    """Bill every running lease for one minute; safe to re-run (each lease, each minute once)."""
-    minute = minute.replace(second=0, microsecond=0)
-    billed = 0
-    for lease in running_leases(minute=minute):
-        try:
-            record_usage(lease_ref=lease.ref, payer=lease.payer, payee=lease.payee,
-                         price_per_gpu_hour_micros=lease.price_per_gpu_hour_micros,
-                         gpus=lease.gpus, seconds=seconds_in_minute(lease, minute),
-                         minute=minute, order_ref=lease.order_ref)
-            billed += 1
-        except MoneyError as exc:
-            log.warning("could not bill lease %s for %s: %s", lease.ref, minute, exc.message)
-    return billed
+@transaction.atomic
+def record_quota_usage(*, owner: Organization, tenant: Organization, lease_id: int,
+                       queue_id: int, micro_gpu_hours: int) -> LedgerTransaction | None:
+    """Account an ended pool lease's GPU-hours: the pool owner's `quota_issued` → the tenant's
+    `quota_used`, in the currency `gph`, once per lease (called inside the lease's ending
+    transaction)."""
+    if micro_gpu_hours <= 0 or LedgerTransaction.objects.filter(
+            cause=Cause.QUOTA_USAGE, source_type="lease", source_id=str(lease_id)).exists():
+        return None
+    issued = ledger.account(owner, Kind.QUOTA_ISSUED, GPU_HOURS)
+    used = ledger.account(tenant, Kind.QUOTA_USED, GPU_HOURS)
+    return ledger.move(from_account=issued, to_account=used, amount_micros=micro_gpu_hours,
+                       cause=Cause.QUOTA_USAGE, source_type="lease", source_id=lease_id,
+                       actor="metering", memo=f"lease {lease_id} in queue {queue_id}")
 
 
 # --- SLA credits ----------------------------------------------------------------------------------
@@ -500,47 +447,28 @@ def grant_sla_credit(*, tenant: Organization, provider: Organization, amount_mic
 LEASE_REFUND = "lease_refund"
 
 
-@dataclass(frozen=True)
-class LeaseCancellation:
-    lease_id: int
-    state: str
-    refunded_micros: int
-    detail: str
-
-
 @transaction.atomic
-def cancel_lease_with_refund(*, lease_id: int, actor: str, reason: str) -> LeaseCancellation:
-    """An operator settles a dispute: the lease ends now (terminated; its GPUs come free and the
-    unused hold goes back to the tenant) and everything the tenant was charged for it so far
-    comes back to the tenant's available balance, in one transaction.
+def refund_lease_charges(*, tenant: Organization, lease_id: int, actor: str,
+                         reason: str) -> int | None:
+    """Give a tenant back everything it was charged for one lease: the amount refunded, or
+    None when the lease was refunded before.
 
     The refund reverses the usage split: each provider gives back its payable share and
     hold-back (as far as its balances still hold them: a paid-out share is not clawed back),
     the platform its fee, and the platform's SLA credits account covers the rest. Refunding a
-    lease twice refunds nothing more (checked under the lease's row lock). The last partial
-    minute, metered after the end, is billed as usual and not part of the refund."""
-    from market import leasing  # leasing imports this module
-    from market.models import Lease
-
-    if not reason.strip():
-        raise MoneyError("say why the lease is cancelled", field="reason")
-    lease = Lease.objects.select_for_update().select_related("tenant").get(pk=lease_id)
-    if lease.state not in leasing.ENDED:
-        lease = leasing.change_lease_state(lease=lease, to_state=Lease.State.TERMINATED,
-                                           actor=actor, reason=f"cancelled by an operator: {reason}")
-    if LedgerTransaction.objects.filter(source_type=LEASE_REFUND, source_id=str(lease.pk)).exists():
-        return LeaseCancellation(lease.pk, lease.state, 0, f"lease {lease.pk} was already refunded")
-    by_payee = (UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease.pk}:")
+    lease twice refunds nothing more: the caller holds the lease's row lock."""
+    if LedgerTransaction.objects.filter(source_type=LEASE_REFUND, source_id=str(lease_id)).exists():
+        return None
+    by_payee = (UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease_id}:")
                 .values("payee").annotate(charge=Sum("charge_micros"), fee=Sum("fee_micros"),
                                           held_back=Sum("held_back_micros")).order_by("payee"))
     total = sum(row["charge"] for row in by_payee)
     if total <= 0:
-        return LeaseCancellation(lease.pk, lease.state, 0,
-                                 f"lease {lease.pk} {lease.state}; nothing was charged for it")
+        return 0
     payees = Organization.objects.in_bulk([row["payee"] for row in by_payee])
     revenue = ledger.account(None, Kind.PLATFORM_REVENUE)
     platform = ledger.account(None, Kind.SLA_CREDITS)
-    available = ledger.account(lease.tenant, Kind.TENANT_AVAILABLE)
+    available = ledger.account(tenant, Kind.TENANT_AVAILABLE)
     provider_accounts = [(row, ledger.account(payees[row["payee"]], Kind.PROVIDER_PAYABLE),
                           ledger.account(payees[row["payee"]], Kind.PROVIDER_HELD_BACK))
                          for row in by_payee]
@@ -563,10 +491,9 @@ def cancel_lease_with_refund(*, lease_id: int, actor: str, reason: str) -> Lease
         covered += fee_back
     if total - covered:
         lines.append(Line(platform, -(total - covered)))
-    ledger.post(cause=Cause.GRANT, source_type=LEASE_REFUND, source_id=lease.pk, actor=actor,
-                memo=f"refund of lease {lease.pk}: {reason}", lines=lines)
-    return LeaseCancellation(lease.pk, lease.state, total,
-                             f"lease {lease.pk} {lease.state}; {to_dollars(total)} USD refunded")
+    ledger.post(cause=Cause.GRANT, source_type=LEASE_REFUND, source_id=lease_id, actor=actor,
+                memo=f"refund of lease {lease_id}: {reason}", lines=lines)
+    return total
 
 
 # --- top-ups --------------------------------------------------------------------------------------
@@ -609,7 +536,7 @@ def create_top_up(*, tenant: Organization, amount_micros: int, idempotency_key: 
     record_audit(action="money.top_up.requested", target=f"top_up:{top_up.pk}",
                  organization=tenant, amount_micros=amount_micros,
                  actor=None if actor == "system" and not automatic else actor)
-    _queue(_tasks().create_payment_intent, top_up.pk)
+    _queue(CREATE_PAYMENT_INTENT, top_up.pk)
     return top_up
 
 
@@ -724,7 +651,7 @@ def request_refund(*, tenant: Organization, amount_micros: int,
     record_audit(action="money.refund.requested", target=f"refund:{refund.pk}",
                  actor=None if actor == "system" else actor, organization=tenant,
                  amount_micros=amount_micros, details={"top_up": top_up.pk})
-    _queue(_tasks().send_refund, refund.pk)
+    _queue(SEND_REFUND, refund.pk)
     return refund
 
 
@@ -777,7 +704,7 @@ def start_connect_onboarding(*, provider: Organization) -> ConnectAccount:
         raise MoneyError("only providers receive payouts", code="forbidden")
     connect, _ = ConnectAccount.objects.get_or_create(organization=provider)
     if not connect.details_submitted:
-        _queue(_tasks().create_connect_account, connect.pk)
+        _queue(CREATE_CONNECT_ACCOUNT, connect.pk)
     return connect
 
 
@@ -822,7 +749,7 @@ def create_payout(*, provider: Organization, actor: str = "system") -> Payout | 
                  amount_micros=amount)
     ledger.move(from_account=payable, to_account=clearing, amount_micros=amount,
                 cause=Cause.PAYOUT, source_type="payout", source_id=payout.pk, actor=actor)
-    _queue(_tasks().send_payout, payout.pk)
+    _queue(SEND_PAYOUT, payout.pk)
     return payout
 
 
@@ -898,7 +825,7 @@ def rerun_payout(*, payout: Payout, actor: str) -> PayoutRerun:
     the payable balance, and a second re-run finds that balance already moved."""
     payout = _locked_payout(payout.pk)
     if payout.state == P.PENDING:
-        _queue(_tasks().send_payout, payout.pk)
+        _queue(SEND_PAYOUT, payout.pk)
         MoneyStateChange.objects.create(subject="payout", subject_id=payout.pk,
                                         from_state=payout.state, to_state=payout.state,
                                         actor=actor[:150], reason="re-sent by an operator")

@@ -2,11 +2,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from market import services, tasks
-from market.models import Account, Entry, UsageRecord
-from market.services import RunningLease
+from billing import services
+from billing.models import Account, Entry, UsageRecord
+from market import metering, tasks
+from market.metering import RunningLease
+from tests.billing.conftest import balance, in_threads, racing
 from tests.factories import fund
-from tests.market.conftest import balance, in_threads, racing
 
 Kind = Account.Kind
 MINUTE = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -90,9 +91,9 @@ def test_seconds_in_a_minute_follow_the_lease_start_and_end(tenant, provider):
     lease = RunningLease(ref="l", payer=tenant, payee=provider, price_per_gpu_hour_micros=1,
                          gpus=1, started_at=MINUTE + timedelta(seconds=20),
                          ended_at=MINUTE + timedelta(seconds=50))
-    assert services.seconds_in_minute(lease, MINUTE) == 30
-    assert services.seconds_in_minute(lease, MINUTE + timedelta(minutes=1)) == 0
-    assert services.seconds_in_minute(lease, MINUTE - timedelta(minutes=1)) == 0
+    assert metering.seconds_in_minute(lease, MINUTE) == 30
+    assert metering.seconds_in_minute(lease, MINUTE + timedelta(minutes=1)) == 0
+    assert metering.seconds_in_minute(lease, MINUTE - timedelta(minutes=1)) == 0
 
 
 def test_the_beat_task_bills_the_minutes_that_ended_making_up_missed_ones(
@@ -107,7 +108,7 @@ def test_the_beat_task_bills_the_minutes_that_ended_making_up_missed_ones(
                              price_per_gpu_hour_micros=H100, gpus=1,
                              started_at=minute - timedelta(hours=1))]
 
-    monkeypatch.setattr(services, "running_leases", leases)
+    monkeypatch.setattr(metering, "running_leases", leases)
 
     assert tasks.meter_usage() == 3
     last = seen[-1]
@@ -121,7 +122,7 @@ def test_the_beat_task_bills_the_minutes_that_ended_making_up_missed_ones(
 
 def test_the_task_bills_one_named_minute(monkeypatch, tenant, provider):
     fund(tenant, "100.00")
-    monkeypatch.setattr(services, "running_leases", lambda *, minute: [RunningLease(
+    monkeypatch.setattr(metering, "running_leases", lambda *, minute: [RunningLease(
         ref="lease-1", payer=tenant, payee=provider, price_per_gpu_hour_micros=H100, gpus=1,
         started_at=minute - timedelta(hours=1))])
 
@@ -145,14 +146,14 @@ def test_a_metering_run_killed_midway_and_run_again_bills_each_minute_once(
         yield from leases[:4]
         raise WorkerDied
 
-    monkeypatch.setattr(services, "running_leases", dies_after_four)
+    monkeypatch.setattr(metering, "running_leases", dies_after_four)
     with pytest.raises(WorkerDied):
-        services.meter_minute(minute=MINUTE)
+        metering.meter_minute(minute=MINUTE)
     assert UsageRecord.objects.count() == 4
 
-    monkeypatch.setattr(services, "running_leases", lambda *, minute: leases)
-    services.meter_minute(minute=MINUTE)
-    services.meter_minute(minute=MINUTE)
+    monkeypatch.setattr(metering, "running_leases", lambda *, minute: leases)
+    metering.meter_minute(minute=MINUTE)
+    metering.meter_minute(minute=MINUTE)
 
     assert UsageRecord.objects.count() == 10
     assert balance(tenant) == 100_000_000 - 10 * 40_000

@@ -1,9 +1,9 @@
 import pytest
 
-from market import services, tasks
-from market.models import Account, ConnectAccount, Payout
+from billing import services, tasks
+from billing.models import Account, ConnectAccount, Payout
+from tests.billing.conftest import balance, deliver
 from tests.factories import client_for, fund
-from tests.market.conftest import balance, deliver
 
 Kind = Account.Kind
 
@@ -20,7 +20,7 @@ def onboarded(fake_stripe, provider, provider_client, api_client,
 
 def earn(tenant, provider, dollars_of_usage: str):
     """The tenant pays for usage; the provider earns 85.5 % as payable."""
-    from market import money
+    from billing.core import money
 
     fund(tenant, "1000.00")
     hold = services.hold_for_order(tenant=tenant, order_ref="order-1",

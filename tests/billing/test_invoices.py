@@ -2,7 +2,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from market import services
+from billing import services
 from tests.factories import client_for, fund
 
 NOVEMBER = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
@@ -84,8 +84,8 @@ def test_a_providers_statement_shows_earnings_fees_and_hold_back(tenant, provide
 
 
 def test_an_sla_credit_comes_from_the_providers_hold_back_first(tenant, provider):
-    from market.models import Account
-    from tests.market.conftest import balance
+    from billing.models import Account
+    from tests.billing.conftest import balance
 
     fund(tenant, "100.00")
     run_lease(tenant, provider, "lease-a", 30)  # held back 0.432
@@ -109,7 +109,7 @@ def test_a_credit_grant_is_a_payment_not_a_credit_against_usage(tenant, provider
 
 
 def test_usage_memos_read_as_a_person_would_write_them(tenant, provider):
-    from market.models import LedgerTransaction
+    from billing.models import LedgerTransaction
 
     fund(tenant, "100.00")
     run_lease(tenant, provider, "L-4:hpc-provider:2400000", 1)

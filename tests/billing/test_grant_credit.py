@@ -2,8 +2,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from market.models import CreditGrant, Entry, LedgerTransaction
-from tests.market.conftest import balance
+from billing.models import CreditGrant, Entry, LedgerTransaction
+from tests.billing.conftest import balance
 
 
 def test_an_operator_grants_credit_from_the_command_line(tenant, capsys):
@@ -34,7 +34,7 @@ def test_an_operator_grants_credit_in_the_admin(tenant, client):
     operator = get_user_model().objects.create_superuser("olga", "olga@ibex.example", "pw")
     client.force_login(operator)
 
-    response = client.post("/admin/market/creditgrant/add/", {
+    response = client.post("/admin/billing/creditgrant/add/", {
         "organization": tenant.pk, "amount": "25.50", "reason": "goodwill: outage on 11-29"})
 
     assert response.status_code == 302

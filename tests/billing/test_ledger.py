@@ -1,10 +1,10 @@
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from market import ledger
-from market.ledger import InsufficientFunds, LedgerError, Line
-from market.models import Account, Entry, LedgerTransaction
-from tests.market.conftest import racing
+from billing import ledger
+from billing.ledger import InsufficientFunds, LedgerError, Line
+from billing.models import Account, Entry, LedgerTransaction
+from tests.billing.conftest import racing
 
 Kind = Account.Kind
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from market.money import BadAmount, divide_rounded, stripe_minor_units, to_dollars, to_micros
+from billing.core.money import BadAmount, divide_rounded, stripe_minor_units, to_dollars, to_micros
 
 
 def test_dollars_become_integer_micro_dollars():

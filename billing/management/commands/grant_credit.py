@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from billing import services
+from billing.core import money
 from ibex.accounts.models import Organization
-from market import money, services
 
 
 class Command(BaseCommand):

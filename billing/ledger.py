@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Sum
 
+from billing.core.money import to_dollars
+from billing.models import USD, Account, Entry, LedgerTransaction
 from ibex.accounts.models import Organization
-from market.models import USD, Account, Entry, LedgerTransaction
-from market.money import to_dollars
 
 Kind = Account.Kind
 

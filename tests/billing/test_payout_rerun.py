@@ -4,10 +4,10 @@ once; a pending one is sent again under its own Stripe idempotency key."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from market import services, tasks
-from market.models import Account, Payout
-from tests.market.conftest import balance
-from tests.market.test_payouts import earn, onboarded  # noqa: F401 - a fixture
+from billing import services, tasks
+from billing.models import Account, Payout
+from tests.billing.conftest import balance
+from tests.billing.test_payouts import earn, onboarded  # noqa: F401 - a fixture
 
 Kind = Account.Kind
 
@@ -20,7 +20,7 @@ def operator_admin(client, db):
 
 
 def rerun(client, payout):
-    return client.post("/admin/market/payout/", {"action": "rerun",
+    return client.post("/admin/billing/payout/", {"action": "rerun",
                                                  "_selected_action": [payout.pk]}, follow=True)
 
 

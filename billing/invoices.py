@@ -8,8 +8,8 @@ from decimal import Decimal
 
 from django.db.models import Count, F, Max, Sum
 
+from billing.models import Account, Entry, LedgerTransaction, Payout, UsageRecord
 from ibex.accounts.models import Organization
-from market.models import Account, Entry, LedgerTransaction, Payout, UsageRecord
 
 Cause = LedgerTransaction.Cause
 Kind = Account.Kind

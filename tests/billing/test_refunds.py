@@ -1,9 +1,9 @@
 import pytest
 
-from market import services
-from market.models import Account, Entry, Refund, TopUp
-from tests.market.conftest import balance, deliver
-from tests.market.test_topups import started  # noqa: F401 - fixture
+from billing import services
+from billing.models import Account, Entry, Refund, TopUp
+from tests.billing.conftest import balance, deliver
+from tests.billing.test_topups import started  # noqa: F401 - fixture
 
 Kind = Account.Kind
 
@@ -113,7 +113,7 @@ def test_an_operator_refunds_a_top_up_from_the_admin(
     client.force_login(get_user_model().objects.create_superuser("olga", "o@ibex.example", "pw"))
 
     with django_capture_on_commit_callbacks(execute=True):
-        client.post("/admin/market/topup/", {"action": "refund_unused",
+        client.post("/admin/billing/topup/", {"action": "refund_unused",
                                              "_selected_action": [paid.pk]})
 
     refund = Refund.objects.get()

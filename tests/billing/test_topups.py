@@ -1,9 +1,9 @@
 import pytest
 
-from market import services, tasks
-from market.models import Account, Entry, MoneyStateChange, SpendLimit, StripeEvent, TopUp
+from billing import services, tasks
+from billing.models import Account, Entry, MoneyStateChange, SpendLimit, StripeEvent, TopUp
+from tests.billing.conftest import balance, deliver, in_threads, racing
 from tests.factories import client_for
-from tests.market.conftest import balance, deliver, in_threads, racing
 
 Kind = Account.Kind
 

@@ -2,9 +2,9 @@
 
 import time
 
-from market.models import TopUp
+from billing.models import TopUp
+from tests.billing.conftest import WEBHOOK_SECRET, balance, deliver, racing
 from tests.factories import client_for
-from tests.market.conftest import WEBHOOK_SECRET, balance, deliver, racing
 
 WAIT_S = 30
 

@@ -1,10 +1,10 @@
 import pytest
 from django.db.models import Sum
 
-from market import services
-from market.models import Account, Entry, Hold
+from billing import services
+from billing.models import Account, Entry, Hold
+from tests.billing.conftest import balance, in_threads, racing
 from tests.factories import fund
-from tests.market.conftest import balance, in_threads, racing
 
 Kind = Account.Kind
 

@@ -1,6 +1,6 @@
 from urllib.parse import quote
 
-from market import services as money
+from billing import services as money
 from tests.factories import client_for, make_org
 
 

@@ -1,4 +1,4 @@
-from market.models import Entry, SpendLimit
+from billing.models import Entry, SpendLimit
 from tests.factories import client_for, fund
 
 
@@ -58,7 +58,7 @@ def entries(client, **query):
 
 
 def test_entries_filter_by_account_cause_and_source(tenant, tenant_client):
-    from market import services
+    from billing import services
 
     grant = fund(tenant, "10.00")
     hold = services.hold_for_order(tenant=tenant, order_ref="order-1", amount_micros=4_000_000)

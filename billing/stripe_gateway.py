@@ -9,8 +9,8 @@ from __future__ import annotations
 import stripe
 from django.conf import settings
 
-from market.models import ConnectAccount, Payout, Refund, SpendLimit, TopUp
-from market.money import stripe_minor_units
+from billing.core.money import stripe_minor_units
+from billing.models import ConnectAccount, Payout, Refund, SpendLimit, TopUp
 
 StripeError = stripe.StripeError
 
