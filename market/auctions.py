@@ -13,7 +13,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ibex.outbox import services as outbox
-from market import clearing, leasing
+from market import leasing
+from market.core import clearing
 from market.models import Clearing, Lease, Order
 from market.orders import (
     LEVELS,

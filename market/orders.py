@@ -21,8 +21,9 @@ from django.utils import timezone
 from ibex.accounts.models import Organization
 from ibex.db import retry_on_deadlock
 from ibex.outbox import services as outbox
-from market import clearing, leasing, pool_orders
+from market import leasing, pool_orders
 from market import services as money
+from market.core import clearing
 from market.models import Hold, Lease, Order, OrderEvent
 from market.money import divide_rounded
 from market.placement_port import make_placer

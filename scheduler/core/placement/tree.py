@@ -1,9 +1,11 @@
-"""The in-memory index: a tree of topology domains with free capacity kept per domain.
+"""The capacity tree under the placement index: topology domains with free capacity per domain.
 
 Every domain keeps, per GPU model, the free GPUs of its schedulable nodes and a histogram of
 those nodes by free-GPU count. The histogram answers "best-fit node under this domain" and
 "whole slices of k GPUs on nodes" without visiting nodes, and commit / release update only
-the ancestors of the nodes touched, so one index serves many placements.
+the ancestors of the nodes touched, so one index serves many placements. The tree answers no
+request itself: the gang placer (`gang.py`) reads it, and `index.PlacementIndex` puts the two
+together, so this module imports neither.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from scheduler.placement.model import InvalidInput, Node, Placement, Request
+from market.core.whatif import InvalidInput
+from scheduler.core.placement.model import Node
 
 
 class Domain:
@@ -33,13 +36,11 @@ class Domain:
         return f"Domain({'/'.join(self.path) or '<root>'})"
 
 
-class PlacementIndex:
-    """Levels plus nodes, indexed once; place many requests, commit or release allocations.
+class CapacityTree:
+    """Levels plus nodes, indexed once; commit or release allocations.
 
     Depth 0 is the whole topology (the root); depth i is `levels[i - 1]`; the last level holds
     single nodes. Children are kept sorted by name, so ties resolve by path, never input order.
-    Not thread-safe: `place` with per-node filters withholds GPUs for its own duration, so
-    give each worker its own index.
     """
 
     def __init__(self, levels: Sequence[str], nodes: Iterable[Node]) -> None:
@@ -119,12 +120,6 @@ class PlacementIndex:
             return self.levels.index(level) + 1
         except ValueError:
             raise InvalidInput(field, f"unknown level {level!r}") from None
-
-    def place(self, request: Request, profile: str = "best_fit") -> Placement:
-        """Where `request` would go now; changes nothing (see `commit`)."""
-        from scheduler.placement.gang import place_on_index  # gang is built on this module
-
-        return place_on_index(self, request, profile)
 
     def free_gpus(self, node_name: str) -> int:
         return self.free_gpus_by_node[node_name]

@@ -1,4 +1,4 @@
-"""Gang placement over a PlacementIndex: profiles `best_fit` (default), `least_free`, `spread`.
+"""Gang placement over a capacity tree: profiles `best_fit` (default), `least_free`, `spread`.
 
 Vocabulary: a *scope* is the one domain the whole request must fit in (rules 1-2); *units* are
 what must fit: GPUs, or whole slices of `slice.size` GPUs when the request is sliced. Every
@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from scheduler.placement.filters import (
+from market.core.whatif import InvalidInput
+from scheduler.core.placement.filters import (
     count_static_exclusions,
     merge_counts,
     needs_node_filters,
     withheld_gpus,
 )
-from scheduler.placement.index import Domain, PlacementIndex
-from scheduler.placement.model import InvalidInput, Placement, Request
+from scheduler.core.placement.model import Placement, Request
+from scheduler.core.placement.tree import CapacityTree, Domain
 
 Assignment = dict[str, int]
 
@@ -25,7 +26,7 @@ Assignment = dict[str, int]
 class CapacityView:
     """Free capacity of domains as one request sees it: its GPU models, its slice size."""
 
-    def __init__(self, index: PlacementIndex, request: Request):
+    def __init__(self, index: CapacityTree, request: Request):
         self.index = index
         models = request.gpu_models
         self.models = None if models is None or models >= index.models else sorted(models)
@@ -116,7 +117,7 @@ def most_free_on_one_node(view: CapacityView, scope: Domain) -> int:
     return max((free for free, count in enumerate(hist) if count), default=0)
 
 
-def domains_under(index: PlacementIndex, scope: Domain, depth: int) -> Iterator[Domain]:
+def domains_under(index: CapacityTree, scope: Domain, depth: int) -> Iterator[Domain]:
     """Domains at `depth` inside `scope`, in path order."""
     if scope.depth >= depth:
         yield scope
@@ -236,7 +237,7 @@ class Refusal(Exception):
         self.reason = reason
 
 
-def scope_depths(index: PlacementIndex, request: Request) -> tuple[list[int], int | None]:
+def scope_depths(index: CapacityTree, request: Request) -> tuple[list[int], int | None]:
     """Depths to try, narrowest first, and the required depth (None when not required)."""
     required = (
         None if request.required is None else index.depth_of(request.required, "request.required")
@@ -349,7 +350,7 @@ PROFILES: dict[str, Callable[[CapacityView, Request], Assignment]] = {
 
 
 def place_on_index(
-    index: PlacementIndex, request: Request, profile: str = "best_fit"
+    index: CapacityTree, request: Request, profile: str = "best_fit"
 ) -> Placement:
     """Place `request` against `index` without committing it."""
     strategy = PROFILES.get(profile)
@@ -378,7 +379,7 @@ def _with_exclusions(reason: str, excluded: dict[str, int]) -> str:
     return reason + "; excluded: " + ", ".join(f"{name}: {n}" for name, n in excluded.items())
 
 
-def describe(index: PlacementIndex, assignment: Assignment, excluded: dict[str, int]) -> Placement:
+def describe(index: CapacityTree, assignment: Assignment, excluded: dict[str, int]) -> Placement:
     paths = sorted(index.node_domains[name].path for name, gpus in assignment.items() if gpus)
     ordered = {path[-1]: assignment[path[-1]] for path in paths}
     domains: dict[str, tuple[str, ...]] = {}

@@ -2,8 +2,8 @@
 
 import pytest
 
-from scheduler.placement import InvalidInput, Node, PlacementIndex, Request
-from tests.scheduler.placement.topologies import LEVELS, TOPOLOGY_A
+from scheduler.core.placement import InvalidInput, Node, PlacementIndex, Request
+from tests.scheduler.core.placement.topologies import LEVELS, TOPOLOGY_A
 
 
 def test_place_changes_nothing_until_committed():

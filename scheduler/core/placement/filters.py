@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.placement.index import PlacementIndex
-from scheduler.placement.model import Node, Request
+from scheduler.core.placement.model import Node, Request
+from scheduler.core.placement.tree import CapacityTree
 
 # A plugin returns the GPUs the node may give the request: 0 excludes it, None sets no limit.
 UsableGpus = Callable[[Node, Request], int | None]
@@ -90,7 +90,7 @@ def usable_gpus(node: Node, free_gpus: int, request: Request) -> tuple[int, str 
     return usable, None
 
 
-def count_static_exclusions(index: PlacementIndex, request: Request) -> dict[str, int]:
+def count_static_exclusions(index: CapacityTree, request: Request) -> dict[str, int]:
     """Nodes excluded by the static plugins, counted per (model, state, health) class."""
     counts: dict[str, int] = {}
     for (model, state, healthy), how_many in index.node_classes.items():
@@ -103,7 +103,7 @@ def count_static_exclusions(index: PlacementIndex, request: Request) -> dict[str
     return _in_plugin_order(counts)
 
 
-def withheld_gpus(index: PlacementIndex, request: Request) -> tuple[dict[str, int], dict]:
+def withheld_gpus(index: CapacityTree, request: Request) -> tuple[dict[str, int], dict]:
     """GPUs the per-node plugins keep from this request, by node, and the nodes they excluded.
 
     The engine takes these GPUs out of the index for the length of one placement (commit,

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from scheduler.placement import InvalidInput, Node, Request, Slice, place_gang
-from tests.scheduler.placement.topologies import LEVELS, TOPOLOGY_A, TOPOLOGY_B, nodes_from
+from scheduler.core.placement import InvalidInput, Node, Request, Slice, place_gang
+from tests.scheduler.core.placement.topologies import LEVELS, TOPOLOGY_A, TOPOLOGY_B, nodes_from
 
 
 def assignment_of(nodes, request, levels=LEVELS):

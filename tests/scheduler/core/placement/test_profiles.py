@@ -2,8 +2,8 @@
 
 import pytest
 
-from scheduler.placement import InvalidInput, Request, Slice, place_gang
-from tests.scheduler.placement.topologies import LEVELS, TOPOLOGY_A
+from scheduler.core.placement import InvalidInput, Request, Slice, place_gang
+from tests.scheduler.core.placement.topologies import LEVELS, TOPOLOGY_A
 
 
 @pytest.mark.parametrize(

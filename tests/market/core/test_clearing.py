@@ -1,23 +1,25 @@
-"""The market clearing rules (issue 8), on hand-worked cases and random ones.
+"""The market clearing rules, on hand-worked cases and random ones.
 
-These tests exercise `market.clearing` on its own, with `DomainPlacer` below standing in for
-the placement engine (market never imports scheduler); the engine-backed adapter is tested in
-tests/scheduler/test_market_clearing.py.
+These tests exercise `market.core.clearing` on its own, with `DomainPlacer` below standing in
+for the placement engine (market never imports scheduler); the engine-backed adapter is tested
+in tests/scheduler/core/test_clearing_placer.py.
 """
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from market.clearing import (
+from market.core.clearing import (
     EXACT_MAX_BIDS,
     Bid,
-    InvalidInput,
     NodeOffer,
     SpotLease,
     Topology,
@@ -31,6 +33,9 @@ from market.clearing import (
     solve_exact,
     spot_leases_to_preempt,
 )
+from market.core.whatif import InvalidInput
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 LEVELS = ("spine", "leaf", "node")
 H100 = "H100-80GB"
@@ -462,3 +467,12 @@ def test_a_bid_below_every_reserve_is_told_the_lowest_reserve():
 
     assert market.refused[0].reason == ("the limit 2.00 is below the lowest reserve price in "
                                         "this market, 3.66 per GPU-hour")
+
+
+def test_importing_the_clearing_core_pulls_in_neither_scheduler_nor_django():
+    probe = ("import sys, market.core.clearing; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'scheduler', 'django'}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.placement import Node
+from scheduler.core.placement import Node
 
 LEVELS = ("spine", "leaf", "node")
 H100 = "H100-80GB"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from scheduler.placement import Node, Request, place_gang
-from tests.scheduler.placement.topologies import LEVELS
+from scheduler.core.placement import Node, Request, place_gang
+from tests.scheduler.core.placement.topologies import LEVELS
 
 H100, A100 = "H100-80GB", "A100-80GB"
 

@@ -1,6 +1,12 @@
 """The defragmentation planner on hand-built layouts: leaves of nodes of 8 GPUs."""
 
-from scheduler.placement.defrag import GpuSlot, LeaseView, NodeView, plan_defrag, whole_free_counts
+from scheduler.core.placement.defrag import (
+    GpuSlot,
+    LeaseView,
+    NodeView,
+    plan_defrag,
+    whole_free_counts,
+)
 
 PRICE = 2_000_000
 

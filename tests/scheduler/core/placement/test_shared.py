@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from scheduler.placement import (
+from scheduler.core.placement import (
     DEFAULT_MIX,
     InvalidInput,
     MixItem,
@@ -13,7 +13,7 @@ from scheduler.placement import (
     choose_shared_gpu,
     fragmentation,
 )
-from scheduler.placement.shared import best_fit_shared_gpu
+from scheduler.core.placement.shared import best_fit_shared_gpu
 
 HALVES_AND_QUARTERS = (MixItem(500, 0, 1.0), MixItem(250, 0, 1.0))
 

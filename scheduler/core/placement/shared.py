@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.placement.model import InvalidInput
+from market.core.whatif import InvalidInput
 
 WHOLE_GPU_MILLI = 1000
 

@@ -3,7 +3,8 @@
 Pure Python, no Django, deterministic. The import arrows go `scheduler → market → pool`, so
 this module never imports the placement engine: every function that needs to know where a
 bid fits takes a `MakePlacer`, a factory of `Placer`s (place / commit / release over node
-names). `scheduler.market_clearing.IndexPlacer` plugs in `scheduler.placement.PlacementIndex`.
+names). `scheduler.core.clearing_placer.IndexPlacer` plugs in the placement engine's
+`PlacementIndex`; `python -m scheduler.clearing` runs one clearing on JSON.
 
     NodeOffer(name, labels, gpu_model, reserve_micros)   one node's free GPUs, a price each
     Topology(required=None, preferred=None, slice_size=None, slice_level=None)
@@ -16,7 +17,7 @@ names). `scheduler.market_clearing.IndexPlacer` plugs in `scheduler.placement.Pl
     spot_leases_to_preempt(leases, clearing_price_micros) -> tuple[lease id, ...]
     micros("2.10") -> 2_100_000;  dollars(2_100_000) -> Decimal("2.10")
 
-Auction rules (issue 8), per market (one GPU model):
+Auction rules, per market (one GPU model):
 - bids are considered by descending limit, then earlier `submitted_at` (none: last), then id;
 - a bid may only take GPUs whose reserve is at or below its limit; it is accepted if the
   placer finds room for the whole bid (all or nothing, its topology constraint included) in
@@ -30,57 +31,47 @@ Auction rules (issue 8), per market (one GPU model):
   less than the reserve of any GPU it got (its limit covers its GPUs' reserves);
 - welfare = sum over winners and their GPUs of (limit - reserve) x hours.
 
-Money: prices per GPU-hour are integer micro-dollars inside (`*_micros`); amounts that
-multiply by hours are `Decimal` dollars rounded half-up to the micro-dollar. Never floats,
-except inside the integer-program solver, whose answer is re-priced exactly.
+Money: prices per GPU-hour are integer micro-dollars inside (`*_micros`), parsed from dollars
+as everywhere in IBEX (`market.money`); amounts that multiply by hours are `Decimal` dollars
+rounded half-up to the micro-dollar. Never floats, except inside the integer-program solver,
+whose answer is re-priced exactly.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any, Protocol, TextIO
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Protocol
 
-from market.money import to_dollars
+from market.core.whatif import InvalidInput
+from market.money import MICROS_PER_DOLLAR, BadAmount, parse_dollars, to_dollars
 
-MICROS_PER_DOLLAR = 1_000_000
 ONE_MICRO = Decimal("0.000001")
 EXACT_MAX_BIDS = 60
 EXACT_MAX_NODES = 200
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class InvalidInput(ValueError):
-    """Malformed input; `field` names it, e.g. `bids[2].max_price_per_gpu_hour`."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
 # --- money ---------------------------------------------------------------------------------
 
 
-def micros(dollars_text: str | Decimal, field: str = "price") -> int:
-    """A decimal dollar amount ("2.10") as integer micro-dollars; more precision is refused."""
+def micros(dollars_text: str, field: str = "price") -> int:
+    """A price in dollars ("2.10") as integer micro-dollars, parsed as every amount in IBEX is
+    (`market.money.parse_dollars`: at most six decimals, nothing rounded away); prices are
+    never negative."""
     try:
-        value = Decimal(dollars_text)
-    except (InvalidOperation, TypeError, ValueError):
-        raise InvalidInput(field, "must be a decimal string such as \"2.10\"") from None
-    if not value.is_finite() or value < 0:
+        amount = parse_dollars(dollars_text)
+    except BadAmount as error:
+        raise InvalidInput(field, str(error)) from None
+    if amount < 0:
         raise InvalidInput(field, "must be a non-negative decimal")
-    scaled = value * MICROS_PER_DOLLAR
-    if scaled != scaled.to_integral_value():
-        raise InvalidInput(field, "must not be finer than a micro-dollar (6 decimals)")
-    return int(scaled)
+    return amount
 
 
 def dollars(amount_micros: int | Decimal) -> Decimal:
@@ -743,279 +734,3 @@ def _on_demand_refusal(stock: Stock, order: Bid, caps: Sequence[int]) -> str:
         stock.set_cap(caps[-1])
     reason = stock.placer.place(order)[1]
     return reason
-
-
-# --- the JSON command ----------------------------------------------------------------------
-
-USAGE = "usage: python -m market.clearing < clearing.json"
-DOCUMENT_KEYS = {"levels", "nodes", "bids", "mode", "exact"}
-NODE_KEYS = {"name", "labels", "free_gpus", "gpu_model", "reserve_prices", "reserve_price"}
-BID_KEYS = {"id", "gpus", "hours", "max_price_per_gpu_hour", "gpu_models", "topology",
-            "submitted_at"}
-TOPOLOGY_KEYS = {"required", "preferred", "slice"}
-MODES = ("auction", "on_demand")
-
-
-def _object(value: Any, field: str, allowed: set[str]) -> dict:
-    if not isinstance(value, dict):
-        raise InvalidInput(field, "must be an object")
-    for key in value:
-        if key not in allowed:
-            raise InvalidInput(f"{field}.{key}" if field != "input" else key, "unknown field")
-    return value
-
-
-def _int(value: Any, field: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidInput(field, "must be an integer")
-    if value < minimum:
-        raise InvalidInput(field, f"must be at least {minimum}")
-    return value
-
-
-def _str(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(field, "must be a non-empty string")
-    return value
-
-
-def _optional_str(value: Any, field: str) -> str | None:
-    return None if value is None else _str(value, field)
-
-
-def _strings(value: Any, field: str) -> list[str]:
-    if not isinstance(value, list):
-        raise InvalidInput(field, "must be a list of strings")
-    return [_str(item, f"{field}[{i}]") for i, item in enumerate(value)]
-
-
-def _price(value: Any, field: str) -> int:
-    if not isinstance(value, str):
-        raise InvalidInput(field, "must be a decimal string such as \"2.10\"")
-    return micros(value, field)
-
-
-def parse_node(raw: Any, position: int, levels: Sequence[str]) -> NodeOffer:
-    field = f"nodes[{position}]"
-    raw = _object(raw, field, NODE_KEYS)
-    name = _str(raw.get("name"), f"{field}.name")
-    labels = raw.get("labels", {})
-    if not isinstance(labels, dict):
-        raise InvalidInput(f"{field}.labels", "must be an object")
-    for level in levels[:-1]:
-        _str(labels.get(level), f"{field}.labels.{level}")
-    free = _int(raw.get("free_gpus"), f"{field}.free_gpus", 0)
-    gpu_model = _str(raw.get("gpu_model"), f"{field}.gpu_model")
-    if ("reserve_prices" in raw) == ("reserve_price" in raw):
-        raise InvalidInput(f"{field}.reserve_prices",
-                           "give either reserve_prices (one per free GPU) or reserve_price")
-    if "reserve_price" in raw:
-        prices = [_price(raw["reserve_price"], f"{field}.reserve_price")] * free
-    else:
-        listed = raw["reserve_prices"]
-        if not isinstance(listed, list) or len(listed) != free:
-            raise InvalidInput(f"{field}.reserve_prices",
-                               "must be a list with one price per free GPU")
-        prices = [_price(p, f"{field}.reserve_prices[{i}]") for i, p in enumerate(listed)]
-    return NodeOffer(name, dict(labels), gpu_model, tuple(prices))
-
-
-def _hours(value: Any, field: str) -> Decimal:
-    if isinstance(value, int) and not isinstance(value, bool):
-        hours = Decimal(value)
-    elif isinstance(value, str):
-        try:
-            hours = Decimal(value)
-        except InvalidOperation:
-            raise InvalidInput(field, "must be a number of hours") from None
-    else:
-        raise InvalidInput(field, "must be an integer or a decimal string")
-    if not hours.is_finite() or hours <= 0:
-        raise InvalidInput(field, "must be positive")
-    return hours
-
-
-def _submitted_at(value: Any, field: str) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            raise InvalidInput(field, "must be an ISO 8601 time or seconds since 1970") from None
-        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    raise InvalidInput(field, "must be an ISO 8601 time or seconds since 1970")
-
-
-def parse_topology(raw: Any, field: str, levels: Sequence[str]) -> Topology:
-    if raw is None:
-        return Topology()
-    raw = _object(raw, field, TOPOLOGY_KEYS)
-    size = level = None
-    if raw.get("slice") is not None:
-        raw_slice = _object(raw["slice"], f"{field}.slice", {"size", "level"})
-        size = _int(raw_slice.get("size"), f"{field}.slice.size", 1)
-        level = _optional_str(raw_slice.get("level"), f"{field}.slice.level")
-    topology = Topology(
-        required=_optional_str(raw.get("required"), f"{field}.required"),
-        preferred=_optional_str(raw.get("preferred"), f"{field}.preferred"),
-        slice_size=size,
-        slice_level=level,
-    )
-    check_topology(topology, levels, field)
-    return topology
-
-
-def parse_bid(raw: Any, position: int, levels: Sequence[str]) -> Bid:
-    """A bid; `id` may be a string or an integer (kept as text)."""
-    field = f"bids[{position}]"
-    raw = _object(raw, field, BID_KEYS)
-    raw_id = raw.get("id")
-    if isinstance(raw_id, int) and not isinstance(raw_id, bool):
-        raw_id = str(raw_id)
-    bid_id = _str(raw_id, f"{field}.id")
-    gpus = _int(raw.get("gpus"), f"{field}.gpus", 1)
-    models = raw.get("gpu_models")
-    topology = parse_topology(raw.get("topology"), f"{field}.topology", levels)
-    if topology.slice_size is not None and gpus % topology.slice_size:
-        raise InvalidInput(f"{field}.topology.slice.size", "must divide gpus")
-    return Bid(
-        id=bid_id,
-        gpus=gpus,
-        hours=_hours(raw.get("hours"), f"{field}.hours"),
-        limit_micros=_price(raw.get("max_price_per_gpu_hour"),
-                            f"{field}.max_price_per_gpu_hour"),
-        gpu_models=None if models is None else frozenset(_strings(models, f"{field}.gpu_models")),
-        topology=topology,
-        submitted_at=_submitted_at(raw.get("submitted_at"), f"{field}.submitted_at"),
-    )
-
-
-def parse_document(document: Any) -> tuple[list[str], list[NodeOffer], list[Bid], str, bool]:
-    document = _object(document, "input", DOCUMENT_KEYS)
-    levels = _strings(document.get("levels"), "levels")
-    if not levels or len(set(levels)) != len(levels):
-        raise InvalidInput("levels", "must name distinct levels, the node level last")
-    raw_nodes = document.get("nodes")
-    if not isinstance(raw_nodes, list):
-        raise InvalidInput("nodes", "must be a list")
-    nodes = [parse_node(raw, i, levels) for i, raw in enumerate(raw_nodes)]
-    seen: set[str] = set()
-    for i, node in enumerate(nodes):
-        if node.name in seen:
-            raise InvalidInput(f"nodes[{i}].name", f"duplicate node {node.name!r}")
-        seen.add(node.name)
-    raw_bids = document.get("bids")
-    if not isinstance(raw_bids, list):
-        raise InvalidInput("bids", "must be a list")
-    bids = [parse_bid(raw, i, levels) for i, raw in enumerate(raw_bids)]
-    ids: set[str] = set()
-    for i, bid in enumerate(bids):
-        if bid.id in ids:
-            raise InvalidInput(f"bids[{i}].id", f"duplicate bid {bid.id!r}")
-        ids.add(bid.id)
-    mode = document.get("mode", "auction")
-    if mode not in MODES:
-        raise InvalidInput("mode", f"must be one of {', '.join(MODES)}")
-    exact = document.get("exact", True)
-    if not isinstance(exact, bool):
-        raise InvalidInput("exact", "must be true or false")
-    return levels, nodes, bids, mode, exact
-
-
-def _money(amount_micros: int | None) -> str | None:
-    return None if amount_micros is None else str(dollars(amount_micros))
-
-
-def refused_json(refusal: RefusedBid) -> dict:
-    return {"id": refusal.bid.id, "reason": refusal.reason}
-
-
-def market_json(market: MarketClearing) -> dict:
-    exact = market.exact
-    return {
-        "gpu_model": market.gpu_model,
-        "clearing_price": _money(market.clearing_price_micros),
-        "gpus_sold": market.gpus_sold,
-        "welfare": str(market.welfare),
-        "accepted": [
-            {"id": accepted.bid.id, "gpus": accepted.bid.gpus, "hours": str(accepted.bid.hours),
-             "assignment": dict(accepted.assignment),
-             "price_per_gpu_hour": _money(accepted.price_micros), "total": str(accepted.total)}
-            for accepted in market.accepted
-        ],
-        "refused": [refused_json(refusal) for refusal in market.refused],
-        "exact": None if exact is None else {
-            "welfare": str(exact.welfare), "greedy_welfare": str(exact.greedy_welfare),
-            "gap": str(exact.gap), "optimal": exact.optimal,
-        },
-    }
-
-
-def auction_json(clearing: AuctionClearing) -> dict:
-    return {
-        "mode": "auction",
-        "markets": [market_json(market) for market in clearing.markets],
-        "refused": [refused_json(refusal) for refusal in clearing.refused],
-    }
-
-
-def on_demand_json(result: OnDemandResult) -> dict:
-    return {
-        "mode": "on_demand",
-        "matched": [
-            {"id": match.bid.id, "gpus": match.bid.gpus, "hours": str(match.bid.hours),
-             "assignment": dict(match.assignment),
-             "gpus_by_price": [{"node": line.node, "price_per_gpu_hour": _money(line.price_micros),
-                                "gpus": line.gpus} for line in match.lines],
-             "cost_per_hour": _money(match.cost_per_hour_micros), "total": str(match.total)}
-            for match in result.matched
-        ],
-        "refused": [refused_json(refusal) for refusal in result.refused],
-    }
-
-
-def run_document(document: Any, make_placer: MakePlacer) -> dict:
-    levels, nodes, bids, mode, exact = parse_document(document)
-    if mode == "on_demand":
-        return on_demand_json(match_on_demand(levels, nodes, bids, make_placer))
-    return auction_json(clear_auction(levels, nodes, bids, make_placer, exact=exact))
-
-
-def main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    """`python -m market.clearing`: the operator's what-if tool for one clearing.
-
-    Reads one JSON object on stdin, writes the clearing on stdout. Malformed input exits 2
-    with one line on stderr naming the field; refused bids are part of a normal answer."""
-    # The one place where market reaches the placement engine, and only when run as a
-    # command: a what-if clearing needs a real placer, and the engine lives in scheduler
-    # (which imports market, never the reverse). Imported here, never at module level, so
-    # importing market.clearing stays free of scheduler.
-    from scheduler.market_clearing import IndexPlacer
-
-    if argv:
-        print(USAGE, file=stderr)
-        return 2
-    try:
-        document = json.loads(stdin.read())
-    except json.JSONDecodeError as error:
-        print(f"error: input: not valid JSON ({error.msg} at line {error.lineno})", file=stderr)
-        return 2
-    try:
-        answer = run_document(document, IndexPlacer)
-    except InvalidInput as error:
-        print(f"error: {error.field}: {error.message}", file=stderr)
-        return 2
-    json.dump(answer, stdout)
-    stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    # Run through the imported module, not this `__main__` copy, so the command and the
-    # adapter share one set of classes.
-    from market.clearing import main as _main
-
-    sys.exit(_main(sys.argv[1:], sys.stdin, sys.stdout, sys.stderr))

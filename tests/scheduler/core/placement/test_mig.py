@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from scheduler.placement import MIG_MODELS, InvalidInput, MigInstance, place_mig
+from scheduler.core.placement import MIG_MODELS, InvalidInput, MigInstance, place_mig
 
 PROFILE_TABLE = {
     # model: [(name, slices, memory_mib, legal starts)], smallest first

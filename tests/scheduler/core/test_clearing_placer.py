@@ -1,4 +1,4 @@
-"""Market clearing with the placement engine as its placer (`scheduler.market_clearing`).
+"""Market clearing with the placement engine as its placer (`scheduler.core.clearing_placer`).
 
 Hand-worked cases on small fat trees written as {"spine/leaf/node": [prices of free GPUs]},
 then properties over random instances with the real engine.
@@ -11,7 +11,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from market.clearing import (
+from market.core.clearing import (
     Bid,
     NodeOffer,
     Topology,
@@ -21,13 +21,13 @@ from market.clearing import (
     micros,
     solve_exact,
 )
-from scheduler.market_clearing import (
+from scheduler.core.clearing_placer import (
     IndexPlacer,
     clear_auction_on_index,
     match_on_demand_on_index,
     request_for,
 )
-from scheduler.placement import Slice
+from scheduler.core.placement import Slice
 
 LEVELS = ("spine", "leaf", "node")
 H100 = "H100-80GB"

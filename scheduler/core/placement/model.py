@@ -1,20 +1,17 @@
-"""Plain data shared by the placement engine: nodes, requests, results, input errors."""
+"""Plain data shared by the placement engine: nodes, requests, results.
+
+Malformed input raises `InvalidInput`, the one input error of the what-if commands
+(`market.core.whatif`), so the command reports the engine's errors as its own.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from market.core.whatif import InvalidInput
+
 NODE_STATES = ("up", "drain", "down")
-
-
-class InvalidInput(ValueError):
-    """A malformed request or topology; `field` names the offending input, e.g. `request.gpus`."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)

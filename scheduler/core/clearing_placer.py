@@ -1,7 +1,7 @@
 """The placement engine as the market clearing's placer.
 
-`market.clearing` takes its placer as a parameter because market must not import scheduler;
-this adapter plugs `scheduler.placement.PlacementIndex` in:
+`market.core.clearing` takes its placer as a parameter because market must not import scheduler;
+this adapter plugs the engine's `PlacementIndex` in:
 
     clear_auction(levels, offers, bids, IndexPlacer)
     match_on_demand(levels, offers, orders, IndexPlacer)
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from market.clearing import (
+from market.core.clearing import (
     AuctionClearing,
     Bid,
     NodeOffer,
@@ -21,7 +21,7 @@ from market.clearing import (
     clear_auction,
     match_on_demand,
 )
-from scheduler.placement import Node, PlacementIndex, Request, Slice
+from scheduler.core.placement import Node, PlacementIndex, Request, Slice
 
 
 def request_for(bid: Bid, levels: Sequence[str]) -> Request:
@@ -45,7 +45,7 @@ def node_for(offer: NodeOffer) -> Node:
 
 
 class IndexPlacer:
-    """A `market.clearing.Placer` over one `PlacementIndex` (best-fit by default)."""
+    """A `market.core.clearing.Placer` over one `PlacementIndex` (best-fit by default)."""
 
     def __init__(self, levels: Sequence[str], offers: Sequence[NodeOffer],
                  profile: str = "best_fit") -> None:

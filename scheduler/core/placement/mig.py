@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler.placement.model import InvalidInput
+from market.core.whatif import InvalidInput
 
 POSITIONS = 8
 GIB = 1024

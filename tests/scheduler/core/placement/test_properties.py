@@ -6,8 +6,8 @@ from dataclasses import replace
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from scheduler.placement import InvalidInput, Node, PlacementIndex, Request, Slice, place_gang
-from tests.scheduler.placement.topologies import LEVELS
+from scheduler.core.placement import InvalidInput, Node, PlacementIndex, Request, Slice, place_gang
+from tests.scheduler.core.placement.topologies import LEVELS
 
 FEW = settings(max_examples=150, deadline=None)
 LEVEL_OR_NONE = st.sampled_from([None, "spine", "leaf", "node"])
