@@ -13,6 +13,7 @@ api_v1 = [
     path("", include("fabric.urls")),
     path("", include("pool.urls")),
     path("", include("market.urls")),
+    path("", include("notify.urls")),
     path("", include("scheduler.urls")),
 ]
 

@@ -33,11 +33,12 @@ from market import services as money
 from market.leasing import locality_of
 from market.models import Allocation, Lease, LeaseEvent, UsageRecord
 from market.money import to_dollars
+from notify import events
+from notify.models import Event
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
-from scheduler import events
 from scheduler import sla_measure as measure_core
-from scheduler.models import Event, LeaseSla, SlaCredit
+from scheduler.models import LeaseSla, SlaCredit
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,9 @@ from django.utils import timezone
 
 from market import leasing, services
 from market.models import ConnectAccount, Lease, Payout
+from notify.models import Event, WebhookDelivery, WebhookEndpoint
 from pool.models import Gpu
-from scheduler.models import Event, SlaCredit, WebhookDelivery, WebhookEndpoint
+from scheduler.models import SlaCredit
 
 # (hours ago it started, hours it ran, GPUs): a busy afternoon, a quiet night, a busy morning
 WAVES = [(24, 6, 64), (23, 9, 32), (21, 5, 48), (19, 4, 24), (16, 3, 16), (14, 5, 8),

@@ -4,7 +4,7 @@ They are derived, never written by the market: a beat (`sync_events`, every 10 s
 lease state changes (`LeaseEvent`) and health events on a lease's GPUs into `Event` rows, and
 `scheduler.sla` records a `lease.credited` event with each credit. (lease, source) is unique,
 so a source becomes one event whatever runs overlap. Once committed, new events are fanned out
-to the tenant's webhook endpoints (`scheduler.webhooks`).
+to the tenant's webhook endpoints (`notify.webhooks`).
 
 | source                                    | event                     |
 | ----------------------------------------- | ------------------------- |
@@ -20,6 +20,7 @@ to the tenant's webhook endpoints (`scheduler.webhooks`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -28,8 +29,8 @@ from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from market.models import Allocation, Lease, LeaseEvent
+from notify.models import Event
 from pool.models import HealthEvent
-from scheduler.models import Event
 
 K = Event.Kind
 STATE_EVENTS = {
@@ -43,10 +44,21 @@ STATE_EVENTS = {
 LOOK_BACK = timedelta(days=1)
 
 
-def _fan_out_after_commit() -> None:
-    from scheduler import tasks  # tasks import services: resolve at call time
+# Queues the fan-out of new events to webhooks. The Celery task that does it lives in
+# `notify.tasks`, which imports this module, so the app hands it in when Django starts
+# (`notify/apps.py`) instead of this module importing it back.
+_queue_fan_out: Callable[[], object] | None = None
 
-    transaction.on_commit(lambda: tasks.fan_out_events.delay())
+
+def on_events_recorded(queue_fan_out: Callable[[], object]) -> None:
+    global _queue_fan_out
+    _queue_fan_out = queue_fan_out
+
+
+def _fan_out_after_commit() -> None:
+    if _queue_fan_out is None:
+        raise RuntimeError("nothing fans events out: is the notify app installed?")
+    transaction.on_commit(_queue_fan_out)
 
 
 def record_event(*, lease: Lease, kind: str, source: str, occurred_at: datetime,

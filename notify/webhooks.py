@@ -28,8 +28,8 @@ from django.utils import timezone
 from requests.adapters import HTTPAdapter
 
 from ibex.accounts.models import Organization
-from scheduler import webhook_targets
-from scheduler.models import Event, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from notify.core import webhook_targets
+from notify.models import Event, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 D = WebhookDelivery.State
 SIGNATURE_HEADER = "IBEX-Signature"

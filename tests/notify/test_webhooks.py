@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 
 from ibex.celery import app as celery_app
-from scheduler import events, webhooks
-from scheduler.models import Event, WebhookAttempt, WebhookDelivery
+from notify import events, webhooks
+from notify.models import Event, WebhookAttempt, WebhookDelivery
 from tests.factories import client_for
 from tests.scheduler.sla_builders import funded_tenant, priced_provider, won_lease
 

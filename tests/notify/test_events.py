@@ -7,9 +7,10 @@ import pytest
 from django.utils import timezone
 
 from market import leasing
+from notify import events
+from notify.models import Event
 from pool.models import Gpu
-from scheduler import events, sla
-from scheduler.models import Event
+from scheduler import sla
 from tests.factories import client_for
 from tests.scheduler.sla_builders import (
     HOUR,

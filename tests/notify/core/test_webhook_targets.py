@@ -5,12 +5,13 @@ only by the operator's exception list. Nothing here sends a packet off loopback.
 import pytest
 from django.utils import timezone
 
-from scheduler import webhook_targets, webhooks
-from scheduler.models import WebhookDelivery
-from scheduler.webhook_targets import RefusedTarget, check_url, parse_networks, why_forbidden
+from notify import webhooks
+from notify.core import webhook_targets
+from notify.core.webhook_targets import RefusedTarget, check_url, parse_networks, why_forbidden
+from notify.models import WebhookDelivery
 from tests.factories import client_for
+from tests.notify.test_webhooks import Receiver, an_event, deliver_all, register
 from tests.scheduler.sla_builders import funded_tenant, priced_provider, won_lease
-from tests.scheduler.test_webhooks import Receiver, an_event, deliver_all, register
 
 
 @pytest.fixture
