@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from market.clearing import Bid, NodeOffer, Topology, dollars, solve_exact  # noqa: E402
-from scheduler.market_clearing import clear_auction_on_index  # noqa: E402
+from market.core.clearing import Bid, NodeOffer, Topology, dollars, solve_exact  # noqa: E402
+from scheduler.core.clearing_placer import clear_auction_on_index  # noqa: E402
 
 LEVELS = ("spine", "leaf", "node")
 MODEL = "H100-80GB"

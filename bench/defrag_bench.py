@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduler.placement.defrag import GpuSlot, LeaseView, NodeView, plan_defrag  # noqa: E402
+from scheduler.core.placement.defrag import GpuSlot, LeaseView, NodeView, plan_defrag  # noqa: E402
 
 
 def pool(nodes: int, seed: int, movable: float):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.placement import (  # noqa: E402
+from scheduler.core.placement import (  # noqa: E402
     DEFAULT_MIX,
     Node,
     PlacementIndex,
@@ -32,7 +32,7 @@ from scheduler.placement import (  # noqa: E402
     choose_shared_gpu,
     fragmentation,
 )
-from scheduler.placement.shared import best_fit_shared_gpu  # noqa: E402
+from scheduler.core.placement.shared import best_fit_shared_gpu  # noqa: E402
 
 LEVELS = ("spine", "leaf", "node")
 NODES, GPUS_PER_NODE, LEAF_SIZE, SPINE_SIZE = 12_500, 8, 16, 16

@@ -1,10 +1,10 @@
-"""Admin pieces every app shares."""
+"""What the apps' admin modules share."""
 
 from django.contrib import admin
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Money rows change only through services: the admin shows them."""
+    """Rows that change only through an app's services: operators watch them here."""
 
     def has_add_permission(self, request):
         return False

@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "pool",
     "billing",
     "market",
+    "notify",
     "scheduler",
     "web",
 ]
@@ -333,14 +334,14 @@ CELERY_BEAT_SCHEDULE.update({
     "complete-ended-leases": {"task": "market.complete_ended_leases", "schedule": 30.0},
 })
 
-# --- SLAs, tenant events and webhooks (scheduler/) --------------------------------------------
+# --- SLAs (scheduler/), tenant events and webhooks (notify/) --------------------------------------
 SLA_CREDIT_MULTIPLIER = env_int("SLA_CREDIT_MULTIPLIER", 5)  # × down GPU-hours × price
 SLA_ENDED_GRACE_S = env_int("SLA_ENDED_GRACE_S", 3600)  # ended leases are re-checked this long
 WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8)
 WEBHOOK_BACKOFF_BASE_S = env_int("WEBHOOK_BACKOFF_BASE_S", 10)
 WEBHOOK_BACKOFF_CAP_S = env_int("WEBHOOK_BACKOFF_CAP_S", 3600)
 WEBHOOK_TIMEOUT_S = env_int("WEBHOOK_TIMEOUT_S", 10)
-# Webhooks go to public https URLs only (scheduler/webhook_targets.py). Exceptions, for tests
+# Webhooks go to public https URLs only (notify/core/webhook_targets.py). Exceptions, for tests
 # and private installations: http, and networks in CIDR form ("127.0.0.1/32,10.8.0.0/16").
 WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", False)
 WEBHOOK_ALLOWED_NETWORKS = os.environ.get("WEBHOOK_ALLOWED_NETWORKS", "")

@@ -14,6 +14,7 @@ api_v1 = [
     path("", include("pool.urls")),
     path("", include("billing.urls")),
     path("", include("market.urls")),
+    path("", include("notify.urls")),
     path("", include("scheduler.urls")),
 ]
 

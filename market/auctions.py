@@ -1,5 +1,5 @@
 """Frequent batch auctions: each interval, per market (GPU model), clear the resting spot and
-reserved orders together with `market.clearing`, turn winners into leases at the uniform
+reserved orders together with `market.core.clearing`, turn winners into leases at the uniform
 price, and give running spot leases priced out a preemption notice.
 """
 
@@ -13,7 +13,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ibex.outbox import services as outbox
-from market import clearing, leasing
+from market import leasing
+from market.core import clearing
 from market.models import Clearing, Lease, Order
 from market.order_states import OS, change_order_state, release_order_hold
 from market.orders import (

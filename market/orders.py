@@ -1,7 +1,7 @@
 """Orders: taking a tenant's bid, holding its maximum cost, and matching on-demand orders at
 once against the cheapest set of free GPUs that satisfies the topology constraint.
 
-Spot and reserved orders wait for the batch auction (`market.clearing`, cleared by a beat
+Spot and reserved orders wait for the batch auction (`market.core.clearing`, cleared by a beat
 task); an unfilled `rest` order waits and is re-tried when capacity frees.
 """
 
@@ -23,7 +23,8 @@ from billing.core.money import divide_rounded
 from ibex.accounts.models import Organization
 from ibex.db import retry_on_deadlock
 from ibex.outbox import services as outbox
-from market import clearing, leasing, pool_orders
+from market import leasing, pool_orders
+from market.core import clearing
 from market.models import Lease, Order, OrderEvent
 from market.order_states import (
     OS,

@@ -1,13 +1,13 @@
 """How the market asks for placements without importing the scheduler.
 
 The import arrows go scheduler → market, so the market cannot import the placement engine.
-The scheduler app registers its `market.clearing.MakePlacer` here when Django starts
+The scheduler app registers its `market.core.clearing.MakePlacer` here when Django starts
 (`scheduler/apps.py`); matching and clearing call it through `make_placer()`.
 """
 
 from __future__ import annotations
 
-from market.clearing import MakePlacer
+from market.core.clearing import MakePlacer
 
 _make_placer: MakePlacer | None = None
 

@@ -1,28 +1,8 @@
 from django.contrib import admin
 
+from ibex.admin import ReadOnlyAdmin
 from billing.core.money import to_dollars
-from scheduler.models import (
-    DefragRun,
-    Event,
-    LeaseSla,
-    SlaCredit,
-    WebhookAttempt,
-    WebhookDelivery,
-    WebhookEndpoint,
-)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """These rows change only through scheduler services: operators watch them here."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from scheduler.models import DefragRun, LeaseSla, SlaCredit
 
 
 @admin.register(LeaseSla)
@@ -40,38 +20,6 @@ class SlaCreditAdmin(ReadOnlyAdmin):
     @admin.display(description="amount (USD)")
     def amount(self, credit):
         return to_dollars(credit.amount_micros)
-
-
-@admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "kind", "tenant", "lease", "occurred_at", "created_at"]
-    list_filter = ["kind"]
-    search_fields = ["tenant__slug", "source"]
-
-
-class WebhookAttemptInline(admin.TabularInline):
-    model = WebhookAttempt
-    extra = 0
-    can_delete = False
-    readonly_fields = ["number", "status_code", "error", "next_attempt_at", "at"]
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-
-@admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ["id", "endpoint", "event", "state", "attempts", "status_code",
-                    "next_attempt_at"]
-    list_filter = ["state"]
-    inlines = [WebhookAttemptInline]
-
-
-@admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(ReadOnlyAdmin):
-    list_display = ["id", "tenant", "url", "active", "created_at"]
-    list_filter = ["active"]
-    exclude = ["secret"]
 
 
 @admin.register(DefragRun)

@@ -7,7 +7,7 @@ class SchedulerConfig(AppConfig):
     def ready(self):
         # The market asks for placements through a port it owns (it may not import us).
         from market.placement_port import register_make_placer
-        from scheduler.market_clearing import IndexPlacer
+        from scheduler.core.clearing_placer import IndexPlacer
 
         register_make_placer(IndexPlacer)
         # The last heartbeat acknowledging a lease's binding activates it at once.

@@ -29,8 +29,8 @@ from ibex.accounts.models import ProviderProfile
 from market import leasing
 from market.models import Allocation, GpuPrice, Lease
 from pool.models import Gpu, Node, Pool
+from scheduler.core.placement import defrag as core
 from scheduler.models import DefragRun
-from scheduler.placement import defrag as core
 from scheduler.remediation import lock_active, rebind
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from pool import quota as core
 from pool import quotas
 from pool.models import Gpu, Pool, QuotaNode
 from pool.services import offered_gpus
-from scheduler.placement import Node, PlacementIndex, Request, Slice
+from scheduler.core.placement import Node, PlacementIndex, Request, Slice
 
 OS = Order.State
 

@@ -33,12 +33,15 @@ from billing.core.money import to_dollars
 from billing.models import UsageRecord
 from market import leasing
 from market.leasing import locality_of
+from billing.core.money import to_dollars
+from billing.models import UsageRecord
 from market.models import Allocation, Lease, LeaseEvent
+from notify import events
+from notify.models import Event
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
-from scheduler import events
 from scheduler import sla_measure as measure_core
-from scheduler.models import Event, LeaseSla, SlaCredit
+from scheduler.models import LeaseSla, SlaCredit
 
 log = logging.getLogger(__name__)
 

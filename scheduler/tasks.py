@@ -51,7 +51,7 @@ def fail_stuck_leases() -> list[int]:
     return services.fail_stuck_leases()
 
 
-# --- SLAs, events and webhooks ----------------------------------------------------------------
+# --- SLAs and remediation (tenant events and webhooks: notify/tasks.py) -----------------------
 
 
 @shared_task(name="scheduler.evaluate_slas")
@@ -60,38 +60,6 @@ def evaluate_slas() -> list[int]:
     from scheduler import sla
 
     return sla.evaluate_slas()
-
-
-@shared_task(name="scheduler.sync_events")
-def sync_events() -> int:
-    """Lease state changes and health events → tenant events (beat: every 10 s)."""
-    from scheduler import events
-
-    return events.sync_events()
-
-
-@shared_task(name="scheduler.fan_out_events")
-def fan_out_events() -> int:
-    """Create missing webhook deliveries and queue the due ones (after commit, and by beat)."""
-    from scheduler import webhooks
-
-    due = webhooks.fan_out()
-    for delivery_id in due:
-        deliver_webhook.delay(delivery_id)
-    return len(due)
-
-
-@shared_task(name="scheduler.deliver_webhook", acks_late=True)
-def deliver_webhook(delivery_id: int) -> str:
-    from scheduler import webhooks
-
-    outcome = webhooks.deliver(delivery_id=delivery_id)
-    if outcome is None:
-        return "not due"
-    if outcome.retry_in is not None:
-        deliver_webhook.apply_async(args=[delivery_id],
-                                    countdown=outcome.retry_in.total_seconds())
-    return outcome.state
 
 
 @shared_task(name="scheduler.remediate_leases")

@@ -182,7 +182,7 @@ def provider_client(provider):
 def _no_dns_for_webhooks(monkeypatch):
     """Tests send nothing off loopback, DNS queries included: webhook host names do not
     resolve here (an address written in the URL is checked as it is)."""
-    from scheduler import webhook_targets
+    from notify.core import webhook_targets
 
     def unresolvable(host, port):
         raise OSError(f"{host}: name resolution is off in the tests")

@@ -22,8 +22,9 @@ from django.utils import timezone
 from ibex.celery import app as celery_app
 from ibex.outbox.models import OutboxMessage
 from market.models import Allocation, Clearing
+from notify.models import WebhookDelivery
 from pool.models import Gpu, Node
-from scheduler.models import SlaCredit, WebhookDelivery
+from scheduler.models import SlaCredit
 
 IN_SERVICE = (Node.State.ACTIVE, Node.State.DRAINING)
 WORKERS_CACHE_KEY = "web:ops:workers"

@@ -1,5 +1,5 @@
 """A tenant's webhook endpoints (the secret shown once), the delivery log, and its events.
-State changes go through `scheduler.webhooks`."""
+State changes go through `notify.webhooks`."""
 
 from django import forms
 from django.contrib import messages
@@ -7,8 +7,8 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from scheduler import webhooks
-from scheduler.models import Event, WebhookDelivery, WebhookEndpoint
+from notify import webhooks
+from notify.models import Event, WebhookDelivery, WebhookEndpoint
 from web.orgs import tenant_required
 
 PER_PAGE = 20

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('market', '0006_order_priority_class'),
         ('billing', '0001_money_from_market'),
-        ('scheduler', '0003_sla_credits_point_to_billing'),
+        ('scheduler', '0004_sla_credits_point_to_billing'),
     ]
 
     operations = [

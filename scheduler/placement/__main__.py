@@ -1,3 +1,4 @@
-from scheduler.placement.cli import entry_point
+from market.core.whatif import exit_with
+from scheduler.placement.cli import main
 
-entry_point()
+exit_with(main)

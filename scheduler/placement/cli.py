@@ -2,20 +2,20 @@
 
 Reads one JSON object on stdin, writes one on stdout. Malformed input exits with status 2 and
 one line on stderr naming the field; a valid request that cannot be placed exits 0 with
-`"placed": false`. Unknown keys are rejected, so a misspelt constraint is never ignored.
+`"placed": false`. Unknown keys are rejected, so a misspelt constraint is never ignored. The
+skeleton is shared with `python -m scheduler.clearing` (`market.core.whatif`).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from scheduler.placement.gang import place_on_index
-from scheduler.placement.index import PlacementIndex
-from scheduler.placement.mig import MigInstance, place_mig
-from scheduler.placement.model import InvalidInput, Node, Request, Slice
+from market.core.whatif import InvalidInput, answer_json, read_object, read_text, read_texts
+from scheduler.core.placement.gang import place_on_index
+from scheduler.core.placement.index import PlacementIndex
+from scheduler.core.placement.mig import MigInstance, place_mig
+from scheduler.core.placement.model import Node, Request, Slice
 
 USAGE = "usage: python -m scheduler.placement {gang|mig} < request.json"
 
@@ -23,15 +23,6 @@ NODE_KEYS = {"name", "labels", "free_gpus", "gpu_model", "state", "healthy", "fr
              "free_memory_mib", "total_gpus"}
 REQUEST_KEYS = {"gpus", "required", "preferred", "slice", "gpu_models", "exclude_nodes",
                 "min_cpu_milli_per_gpu", "min_memory_mib_per_gpu"}
-
-
-def _object(value: Any, field: str, allowed: set[str]) -> dict:
-    if not isinstance(value, dict):
-        raise InvalidInput(field, "must be an object")
-    for key in value:
-        if key not in allowed:
-            raise InvalidInput(f"{field}.{key}" if field != "input" else key, "unknown field")
-    return value
 
 
 def _int(value: Any, field: str, minimum: int = 0, optional: bool = False) -> int | None:
@@ -45,38 +36,24 @@ def _int(value: Any, field: str, minimum: int = 0, optional: bool = False) -> in
     return value
 
 
-def _str(value: Any, field: str, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(field, "must be a non-empty string")
-    return value
-
-
-def _strings(value: Any, field: str) -> list[str]:
-    if not isinstance(value, list):
-        raise InvalidInput(field, "must be a list of strings")
-    return [_str(item, f"{field}[{i}]") for i, item in enumerate(value)]
-
-
 def parse_node(raw: Any, position: int) -> Node:
     field = f"nodes[{position}]"
-    raw = _object(raw, field, NODE_KEYS)
+    raw = read_object(raw, field, NODE_KEYS)
     labels = raw.get("labels", {})
     if not isinstance(labels, dict):
         raise InvalidInput(f"{field}.labels", "must be an object")
     for level, label in labels.items():
-        _str(label, f"{field}.labels.{level}")
+        read_text(label, f"{field}.labels.{level}")
     healthy = raw.get("healthy", True)
     if not isinstance(healthy, bool):
         raise InvalidInput(f"{field}.healthy", "must be true or false")
     try:
         return Node(
-            name=_str(raw.get("name"), f"{field}.name"),
+            name=read_text(raw.get("name"), f"{field}.name"),
             labels=labels,
             free_gpus=_int(raw.get("free_gpus"), f"{field}.free_gpus"),
-            gpu_model=_str(raw.get("gpu_model"), f"{field}.gpu_model", optional=True) or "",
-            state=_str(raw.get("state", "up"), f"{field}.state"),
+            gpu_model=read_text(raw.get("gpu_model"), f"{field}.gpu_model", optional=True) or "",
+            state=read_text(raw.get("state", "up"), f"{field}.state"),
             healthy=healthy,
             free_cpu_milli=_int(raw.get("free_cpu_milli"), f"{field}.free_cpu_milli",
                                 optional=True),
@@ -91,20 +68,20 @@ def parse_node(raw: Any, position: int) -> Node:
 
 
 def parse_request(raw: Any) -> Request:
-    raw = _object(raw, "request", REQUEST_KEYS)
+    raw = read_object(raw, "request", REQUEST_KEYS)
     slice_ = None
     if raw.get("slice") is not None:
-        raw_slice = _object(raw["slice"], "request.slice", {"size", "level"})
+        raw_slice = read_object(raw["slice"], "request.slice", {"size", "level"})
         slice_ = Slice(size=_int(raw_slice.get("size"), "request.slice.size", minimum=1),
-                       level=_str(raw_slice.get("level"), "request.slice.level"))
+                       level=read_text(raw_slice.get("level"), "request.slice.level"))
     models = raw.get("gpu_models")
     return Request(
         gpus=_int(raw.get("gpus"), "request.gpus", minimum=1),
-        required=_str(raw.get("required"), "request.required", optional=True),
-        preferred=_str(raw.get("preferred"), "request.preferred", optional=True),
+        required=read_text(raw.get("required"), "request.required", optional=True),
+        preferred=read_text(raw.get("preferred"), "request.preferred", optional=True),
         slice=slice_,
-        gpu_models=None if models is None else frozenset(_strings(models, "request.gpu_models")),
-        exclude_nodes=frozenset(_strings(raw.get("exclude_nodes", []), "request.exclude_nodes")),
+        gpu_models=None if models is None else frozenset(read_texts(models, "request.gpu_models")),
+        exclude_nodes=frozenset(read_texts(raw.get("exclude_nodes", []), "request.exclude_nodes")),
         min_cpu_milli_per_gpu=_int(raw.get("min_cpu_milli_per_gpu", 0),
                                    "request.min_cpu_milli_per_gpu"),
         min_memory_mib_per_gpu=_int(raw.get("min_memory_mib_per_gpu", 0),
@@ -113,28 +90,28 @@ def parse_request(raw: Any) -> Request:
 
 
 def run_gang(document: Any) -> dict:
-    document = _object(document, "input", {"levels", "nodes", "request", "profile"})
-    levels = _strings(document.get("levels"), "levels")
+    document = read_object(document, "input", {"levels", "nodes", "request", "profile"})
+    levels = read_texts(document.get("levels"), "levels")
     raw_nodes = document.get("nodes")
     if not isinstance(raw_nodes, list):
         raise InvalidInput("nodes", "must be a list")
     nodes = [parse_node(raw, i) for i, raw in enumerate(raw_nodes)]
     request = parse_request(document.get("request"))
-    profile = _str(document.get("profile"), "profile", optional=True) or "best_fit"
+    profile = read_text(document.get("profile"), "profile", optional=True) or "best_fit"
     index = PlacementIndex(levels, nodes)
     return place_on_index(index, request, profile).to_json()
 
 
 def run_mig(document: Any) -> dict:
-    document = _object(document, "input", {"model", "occupied", "request"})
-    model = _str(document.get("model"), "model")
+    document = read_object(document, "input", {"model", "occupied", "request"})
+    model = read_text(document.get("model"), "model")
     raw_occupied = document.get("occupied", [])
     if not isinstance(raw_occupied, list):
         raise InvalidInput("occupied", "must be a list")
     occupied = []
     for i, raw in enumerate(raw_occupied):
-        raw = _object(raw, f"occupied[{i}]", {"profile", "start"})
-        occupied.append(MigInstance(_str(raw.get("profile"), f"occupied[{i}].profile"),
+        raw = read_object(raw, f"occupied[{i}]", {"profile", "start"})
+        occupied.append(MigInstance(read_text(raw.get("profile"), f"occupied[{i}].profile"),
                                     _int(raw.get("start"), f"occupied[{i}].start")))
     request = document.get("request")
     if not isinstance(request, list):
@@ -149,20 +126,4 @@ def main(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     if len(argv) != 1 or argv[0] not in COMMANDS:
         print(USAGE, file=stderr)
         return 2
-    try:
-        document = json.loads(stdin.read())
-    except json.JSONDecodeError as error:
-        print(f"error: input: not valid JSON ({error.msg} at line {error.lineno})", file=stderr)
-        return 2
-    try:
-        answer = COMMANDS[argv[0]](document)
-    except InvalidInput as error:
-        print(f"error: {error.field}: {error.message}", file=stderr)
-        return 2
-    json.dump(answer, stdout)
-    stdout.write("\n")
-    return 0
-
-
-def entry_point() -> None:
-    sys.exit(main(sys.argv[1:], sys.stdin, sys.stdout, sys.stderr))
+    return answer_json(COMMANDS[argv[0]], stdin, stdout, stderr)

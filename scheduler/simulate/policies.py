@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 
-from scheduler.placement import MixItem, Request, SharedGpu, SharedRequest, choose_shared_gpu
+from scheduler.core.placement import MixItem, Request, SharedGpu, SharedRequest, choose_shared_gpu
 from scheduler.simulate.state import Allocation, ClusterState, SharedSlot
 from scheduler.simulate.workload import WHOLE, Job
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from scheduler.placement import Node, PlacementIndex, Request
+from scheduler.core.placement import Node, PlacementIndex, Request
 from scheduler.simulate.cluster import Cluster, ClusterNode
 from scheduler.simulate.workload import WHOLE, Job
 

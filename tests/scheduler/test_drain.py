@@ -2,10 +2,11 @@ from django.utils import timezone
 
 from market import leasing
 from market.models import Allocation, LeaseEvent
+from notify import events
+from notify.models import Event
 from pool import services as pool
 from pool.models import Binding, Node
-from scheduler import drain, events
-from scheduler.models import Event
+from scheduler import drain
 from tests.scheduler.test_remediation import active_lease, current_hosts, setup_market
 
 

@@ -10,8 +10,9 @@ import pytest
 from billing import ledger
 from billing import services as money
 from billing.models import LedgerTransaction
+from notify.models import Event
 from scheduler import sla
-from scheduler.models import Event, LeaseSla, SlaCredit
+from scheduler.models import LeaseSla, SlaCredit
 from tests.factories import client_for, make_org
 from tests.scheduler.sla_builders import (
     HOUR,

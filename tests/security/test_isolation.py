@@ -30,9 +30,9 @@ from ibex.accounts.models import ApiKey
 from ibex.accounts.permissions import ALL_SCOPES, _ScopePermission
 from market import leasing
 from market.orders import OrderRequest, place_order
+from notify import events, webhooks
 from pool import services as pool
 from pool.models import Gpu, Pool
-from scheduler import events, webhooks
 from tests.factories import fund, make_org
 
 SCHEMA = SchemaGenerator().get_schema(request=None, public=True)

@@ -11,7 +11,7 @@ from pool import services as pool
 from tests.factories import make_org
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ["ibex", "fabric", "pool", "market", "scheduler", "web", "agent"]
+APPS = ["ibex", "fabric", "pool", "market", "notify", "scheduler", "web", "agent"]
 SECRET_WORDS = ("hash", "token", "secret", "signature", "digest", "password")
 
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from market.models import Lease
-from scheduler.models import Event, WebhookDelivery, WebhookEndpoint
+from notify.models import Event, WebhookDelivery, WebhookEndpoint
 from tests.factories import make_org
 
 

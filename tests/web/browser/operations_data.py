@@ -9,8 +9,9 @@ from billing import services
 from billing.models import ConnectAccount, Payout
 from market import leasing
 from market.models import Lease
+from notify.models import Event, WebhookDelivery, WebhookEndpoint
 from pool.models import Gpu
-from scheduler.models import Event, SlaCredit, WebhookDelivery, WebhookEndpoint
+from scheduler.models import SlaCredit
 
 # (hours ago it started, hours it ran, GPUs): a busy afternoon, a quiet night, a busy morning
 WAVES = [(24, 6, 64), (23, 9, 32), (21, 5, 48), (19, 4, 24), (16, 3, 16), (14, 5, 8),
