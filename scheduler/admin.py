@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from ibex.admin import ReadOnlyAdmin
 from billing.core.money import to_dollars
+from ibex.admin import ReadOnlyAdmin
 from scheduler.models import DefragRun, LeaseSla, SlaCredit
 
 

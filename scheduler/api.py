@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
-from billing.api import DollarsField
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.api import DollarsField
 from ibex.accounts.permissions import ReadOrTrade, organization_of
 from market.models import Lease
 from scheduler import sla

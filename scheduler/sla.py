@@ -33,8 +33,6 @@ from billing.core.money import to_dollars
 from billing.models import UsageRecord
 from market import leasing
 from market.leasing import locality_of
-from billing.core.money import to_dollars
-from billing.models import UsageRecord
 from market.models import Allocation, Lease, LeaseEvent
 from notify import events
 from notify.models import Event

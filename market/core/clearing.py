@@ -49,8 +49,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Protocol
 
-from market.core.whatif import InvalidInput
 from billing.core.money import MICROS_PER_DOLLAR, BadAmount, parse_dollars, to_dollars
+from market.core.whatif import InvalidInput
 
 ONE_MICRO = Decimal("0.000001")
 EXACT_MAX_BIDS = 60
