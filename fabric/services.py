@@ -13,13 +13,13 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from fabric.errors import FabricFormatError
-from fabric.ibnetdiscover import parse_ibnetdiscover
-from fabric.levels import analyse, summarise
+from fabric.core.errors import FabricFormatError
+from fabric.core.ibnetdiscover import parse_ibnetdiscover
+from fabric.core.levels import analyse, summarise
+from fabric.core.slurm import parse_slurm_topology
+from fabric.core.spec import FabricSpec
+from fabric.core.topology import bandwidth_inputs
 from fabric.models import Fabric, Hca, Host, Link, Port, Switch
-from fabric.slurm import parse_slurm_topology
-from fabric.spec import FabricSpec
-from fabric.topology import bandwidth_inputs
 from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
 

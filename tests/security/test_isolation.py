@@ -22,8 +22,8 @@ from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
 from ibex.accounts.permissions import ALL_SCOPES, _ScopePermission

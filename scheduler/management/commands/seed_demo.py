@@ -15,8 +15,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
 from ibex.accounts.models import Membership, Organization, ProviderProfile

@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fabric.hostlist import natural_sorted
-from fabric.spec import Coords, FabricSpec
+from fabric.core.hostlist import natural_sorted
+from fabric.core.spec import Coords, FabricSpec
 
 LEVELS = ("node", "leaf", "spine", "fabric")
 

@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fabric.hostlist import natural_key, natural_sorted
-from fabric.levels import LEVELS, FabricLevels, analyse
-from fabric.spec import Coords, FabricSpec
+from fabric.core.hostlist import natural_key, natural_sorted
+from fabric.core.levels import LEVELS, FabricLevels, analyse
+from fabric.core.spec import Coords, FabricSpec
 
 LEVEL_RANK = {level: rank for rank, level in enumerate(LEVELS)}
 
