@@ -149,8 +149,3 @@ def _save_ports_and_links(fabric: Fabric, spec: FabricSpec, host_ids: dict[str, 
                 number=number, device_guid=guid, link=row, link_end=end,
             ))
     Port.objects.bulk_create(ports, batch_size=BATCH)
-
-
-@transaction.atomic
-def delete_fabric(*, fabric: Fabric) -> None:
-    Fabric.objects.filter(pk=fabric.pk).delete()
