@@ -213,7 +213,7 @@ SPECTACULAR_SETTINGS = {
         "NodeHealth": "pool.models.Node.Health",
         "NodeDrainMode": "pool.models.Node.DrainMode",
         "GpuHealth": "pool.models.Gpu.Health",
-        "LocalityLevel": "market.api_trading.LOCALITY_LEVELS",
+        "LocalityLevel": "fabric.core.locality.CONSTRAINT_LEVELS",
     },
 }
 

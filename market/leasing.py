@@ -16,6 +16,7 @@ from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.db.models import DateTimeField, F, Func, Max, OuterRef, Q, Subquery, Value
 from django.utils import timezone
 
+from fabric.core.locality import NodeKey
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
 from ibex.db import retry_on_deadlock
@@ -64,30 +65,10 @@ def allocations_in_force_with_places():
             .order_by("gpu__node__hostname", "gpu__index"))
 
 
-def max_hops(keys: list[tuple]) -> int:
-    """Switch hops between the farthest two of these (fabric, spine, leaf, host) keys: same
-    node 0, leaf 2, spine 4, else 6."""
-    if len({k[3] for k in keys}) == 1:
-        return 0
-    if len({(k[0], k[2]) for k in keys}) == 1:
-        return 2
-    return 4 if len({(k[0], k[1]) for k in keys}) == 1 else 6
-
-
-def locality_of(keys: list[tuple]) -> dict:
-    """Leaves, spines and hops spanned by GPUs on these (fabric, spine, leaf, host) keys: the
-    terms a lease is sold and shown in."""
-    if not keys:
-        return {}
-    return {"leaves": len({(k[0], k[2]) for k in keys}),
-            "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
-
-
-def allocation_key(allocation: Allocation) -> tuple:
-    """(fabric, spine, leaf, host) of an allocation's GPU (select_related gpu__node__host and
-    gpu__node__fabric)."""
+def allocation_key(allocation: Allocation) -> NodeKey:
+    """Where an allocation's GPU sits (select_related gpu__node__host and gpu__node__fabric)."""
     node = allocation.gpu.node
-    return (node.fabric.name, node.host.spine, node.host.leaf, node.hostname)
+    return NodeKey(node.fabric.name, node.host.spine, node.host.leaf, node.hostname)
 
 
 def gpu_names(gpu_ids) -> list[str]:

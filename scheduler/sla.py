@@ -28,9 +28,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from fabric.core.locality import Locality, NodeKey
 from market import leasing
 from market import services as money
-from market.leasing import locality_of
 from market.models import Allocation, Lease, LeaseEvent, UsageRecord
 from market.money import to_dollars
 from pool.models import HealthEvent
@@ -164,12 +164,12 @@ def measure(lease: Lease, sla: LeaseSla, now: datetime) -> Measurement:
 def locality_now(lease: Lease, at: datetime) -> dict:
     """Where the lease's GPUs sit at `at`, in the terms it was sold with (leaves, spines,
     max_hops), to compare with the promised locality after a move."""
-    keys = [(fabric, spine, leaf, host) for fabric, spine, leaf, host, period in
+    keys = [NodeKey(fabric, spine, leaf, host) for fabric, spine, leaf, host, period in
             Allocation.objects.filter(lease=lease).values_list(
                 "gpu__node__fabric__name", "gpu__node__host__spine", "gpu__node__host__leaf",
                 "gpu__node__hostname", "period")
             if period.lower <= at and (period.upper is None or at < period.upper)]
-    return locality_of(keys)
+    return Locality.of(keys).to_json()
 
 
 def locality_kept(promised: dict, now: dict) -> bool:

@@ -17,9 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fabric.core.hostlist import natural_sorted
+from fabric.core.locality import LEVELS
 from fabric.core.spec import Coords, FabricSpec
-
-LEVELS = ("node", "leaf", "spine", "fabric")
 
 
 @dataclass(frozen=True)
