@@ -121,7 +121,7 @@ def _release_hold(lease: Lease, reason: str) -> None:
 def _unbind(lease: Lease) -> None:
     """Ask the lease's nodes to stop serving it (their next heartbeat answer says so)."""
     for node in Node.objects.filter(gpus__allocations__lease=lease).distinct():
-        pool.unbind_lease(node=node, lease_ref=f"L-{lease.pk}")
+        pool.unbind_lease(node=node, lease_ref=lease.reference)
 
 
 def _release_from(lease: Lease, moment: datetime) -> None:

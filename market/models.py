@@ -13,6 +13,7 @@ from django.db.models.functions import Mod
 from django.db.models.lookups import Exact
 
 from ibex.accounts.models import Organization
+from ibex.references import lease_ref
 
 USD = "usd"
 GPU_HOURS = "gph"  # private pools: micro-GPU-hours, never money (see market/pool_orders.py)
@@ -482,6 +483,11 @@ class Lease(models.Model):
 
     def __str__(self):
         return f"lease {self.pk} ({self.state})"
+
+    @property
+    def reference(self) -> str:
+        """`L-<id>`: how node bindings and money rows, which know no leases, name it."""
+        return lease_ref(self.pk)
 
 
 class LeaseEvent(models.Model):

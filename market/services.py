@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.utils import timezone
 
+from ibex import references
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
 from ibex.outbox import services as outbox
@@ -438,7 +439,7 @@ def running_leases(*, minute: datetime) -> list[RunningLease]:
     orgs = Organization.objects.in_bulk({g["tenant"] for g in groups.values()}
                                         | {k[1] for k in groups})
     return [
-        RunningLease(ref=f"L-{lease_id}:{orgs[provider_id].slug}:{price}",
+        RunningLease(ref=f"{references.lease_ref(lease_id)}:{orgs[provider_id].slug}:{price}",
                      payer=orgs[g["tenant"]], payee=orgs[provider_id],
                      price_per_gpu_hour_micros=price, gpus=g["gpus"], started_at=g["start"],
                      ended_at=g["end"], order_ref=f"order-{g['order']}" if g["order"] else None)
@@ -530,7 +531,7 @@ def cancel_lease_with_refund(*, lease_id: int, actor: str, reason: str) -> Lease
                                            actor=actor, reason=f"cancelled by an operator: {reason}")
     if LedgerTransaction.objects.filter(source_type=LEASE_REFUND, source_id=str(lease.pk)).exists():
         return LeaseCancellation(lease.pk, lease.state, 0, f"lease {lease.pk} was already refunded")
-    by_payee = (UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease.pk}:")
+    by_payee = (UsageRecord.objects.filter(lease_ref__startswith=f"{lease.reference}:")
                 .values("payee").annotate(charge=Sum("charge_micros"), fee=Sum("fee_micros"),
                                           held_back=Sum("held_back_micros")).order_by("payee"))
     total = sum(row["charge"] for row in by_payee)

@@ -181,7 +181,7 @@ def locality_kept(promised: dict, now: dict) -> bool:
 
 def cost_so_far_micros(lease: Lease) -> int:
     """What the lease has been billed (usage refs are `L-<id>:<provider>:<price>`)."""
-    total = UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease.pk}:").aggregate(
+    total = UsageRecord.objects.filter(lease_ref__startswith=f"{lease.reference}:").aggregate(
         total=Sum("charge_micros"))["total"]
     return total or 0
 
@@ -263,7 +263,7 @@ def evaluate_lease(*, lease: Lease, now: datetime | None = None) -> SlaCredit | 
             return None  # credited meanwhile by an overlapping run
         credit.transaction = money.grant_sla_credit(
             tenant=lease.tenant, provider=provider, amount_micros=amount,
-            lease_ref=f"L-{lease.pk}", reason=reason, actor="sla")
+            lease_ref=lease.reference, reason=reason, actor="sla")
         credit.save(update_fields=["transaction"])
         events.record_event(
             lease=lease, kind=Event.Kind.CREDITED, source=f"sla_credit:{credit.pk}",
