@@ -7,6 +7,7 @@ exit 2; SIGINT/SIGTERM stop cleanly with exit 0.
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -17,12 +18,12 @@ from agent import __version__, sysinfo
 from agent.client import ApiClient
 from agent.errors import AgentError
 from agent.fleet import Fleet, FleetOptions
-from agent.hostlist import expand_hostlist
 from agent.ibports import ports_payload, read_ib_ports
 from agent.node import NodeAgent
 from agent.nvml import NvmlUnavailable, open_nvml
 from agent.registration import register_or_rotate
 from agent.state import NodeState, default_state_path, load_state, save_state
+from fabric.core.hostlist import expand_hostlist
 
 log = logging.getLogger("ibex-agent")
 
@@ -237,9 +238,15 @@ def gpu_reader():
 
 # simulate
 
+def hostnames_of(text: str) -> list[str]:
+    """The hosts `--hosts` names, each once, in order. A person types `gpu[01-04], login1`,
+    so spaces around commas are dropped before the hostlist is expanded."""
+    return list(dict.fromkeys(expand_hostlist(re.sub(r"\s*,\s*", ",", text))))
+
+
 def command_simulate(args: argparse.Namespace) -> int:
     try:
-        hostnames = expand_hostlist(args.hosts)
+        hostnames = hostnames_of(args.hosts)
     except ValueError as error:
         raise UsageError(f"--hosts: {error}") from None
     stop = threading.Event()

@@ -33,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fabric.core.locality import ONE_FABRIC_WIDEST_FIRST  # noqa: E402
 from market.core.clearing import Bid, NodeOffer, Topology, dollars, solve_exact  # noqa: E402
 from scheduler.core.clearing_placer import clear_auction_on_index  # noqa: E402
 
-LEVELS = ("spine", "leaf", "node")
 MODEL = "H100-80GB"
 
 
@@ -91,7 +91,7 @@ def big_clearing(seed: int, bid_count: int) -> None:
     times = []
     for _ in range(3):
         started = time.perf_counter()
-        clearing = clear_auction_on_index(LEVELS, nodes, bids, exact=False)
+        clearing = clear_auction_on_index(ONE_FABRIC_WIDEST_FIRST, nodes, bids, exact=False)
         times.append(time.perf_counter() - started)
     market = clearing.market(MODEL)
     print(f"snapshot: {len(nodes):,} nodes, {8 * len(nodes):,} GPUs, {free:,} free; "
@@ -115,10 +115,10 @@ def small_gaps(seed: int, instances: int, one_hour: bool, one_reserve: bool = Fa
         bids = build_bids(rng, rng.randint(6, 30), scale=8)
         if one_hour:
             bids = [dataclasses.replace(bid, hours=Decimal(1)) for bid in bids]
-        clearing = clear_auction_on_index(LEVELS, nodes, bids, exact=False)
+        clearing = clear_auction_on_index(ONE_FABRIC_WIDEST_FIRST, nodes, bids, exact=False)
         market = clearing.market(MODEL)
         started = time.perf_counter()
-        exact = solve_exact(LEVELS, nodes, bids)
+        exact = solve_exact(ONE_FABRIC_WIDEST_FIRST, nodes, bids)
         solve_times.append(time.perf_counter() - started)
         best = max(exact.welfare, market.welfare)
         gaps.append(float((best - market.welfare) / best) if best else 0.0)

@@ -15,12 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from fabric.generators import fat_tree, torus  # noqa: E402
-from fabric.hostlist import expand_hostlist  # noqa: E402
-from fabric.ibnetdiscover import parse_ibnetdiscover  # noqa: E402
-from fabric.levels import compute_domains, summarise  # noqa: E402
-from fabric.slurm import export_slurm_tree, parse_slurm_topology  # noqa: E402
-from fabric.topology import TopologySnapshot  # noqa: E402
+from fabric.core.generators import fat_tree, torus  # noqa: E402
+from fabric.core.hostlist import expand_hostlist  # noqa: E402
+from fabric.core.ibnetdiscover import parse_ibnetdiscover  # noqa: E402
+from fabric.core.levels import compute_domains, summarise  # noqa: E402
+from fabric.core.slurm import export_slurm_tree, parse_slurm_topology  # noqa: E402
+from fabric.core.topology import TopologySnapshot  # noqa: E402
 from tests.fabric.ibnetdiscover_text import render_ibnetdiscover  # noqa: E402
 
 QUERIES = 1_000_000

@@ -18,10 +18,10 @@ import django  # noqa: E402
 django.setup()
 
 from fabric import services  # noqa: E402
-from fabric.generators import fat_tree  # noqa: E402
+from fabric.core.generators import fat_tree  # noqa: E402
+from fabric.core.slurm import export_slurm_tree  # noqa: E402
 from fabric.models import Fabric, Host, Link, Port  # noqa: E402
 from fabric.selectors import load_snapshot  # noqa: E402
-from fabric.slurm import export_slurm_tree  # noqa: E402
 from ibex.accounts.models import Organization  # noqa: E402
 
 

@@ -63,8 +63,8 @@ def _wait_http(url: str, process: subprocess.Popen, timeout_s: float = 60) -> No
 
 
 def seed(users: int) -> list[str]:
-    from fabric import generators
     from fabric import services as fabric_services
+    from fabric.core import generators
     from ibex.accounts import services as accounts
     from market import prices
     from pool import services as pool

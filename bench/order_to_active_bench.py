@@ -39,8 +39,8 @@ from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from billing import services as money  # noqa: E402
-from fabric import generators  # noqa: E402
 from fabric import services as fabric_services  # noqa: E402
+from fabric.core import generators  # noqa: E402
 from ibex.accounts import services as accounts  # noqa: E402
 from market import prices  # noqa: E402
 from market.models import Lease, LeaseEvent  # noqa: E402

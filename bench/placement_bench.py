@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fabric.core.locality import ONE_FABRIC_WIDEST_FIRST  # noqa: E402
 from scheduler.core.placement import (  # noqa: E402
     DEFAULT_MIX,
     Node,
@@ -34,7 +35,6 @@ from scheduler.core.placement import (  # noqa: E402
 )
 from scheduler.core.placement.shared import best_fit_shared_gpu  # noqa: E402
 
-LEVELS = ("spine", "leaf", "node")
 NODES, GPUS_PER_NODE, LEAF_SIZE, SPINE_SIZE = 12_500, 8, 16, 16
 
 
@@ -103,7 +103,7 @@ def main() -> None:
     free = {n.name: n.free_gpus for n in nodes}
     leaf_by_node = {n.name: n.labels["leaf"] for n in nodes}
     start = time.perf_counter()
-    index = PlacementIndex(LEVELS, nodes)
+    index = PlacementIndex(ONE_FABRIC_WIDEST_FIRST, nodes)
     build_s = time.perf_counter() - start
     print(f"python {platform.python_version()} on {platform.machine()}; seed {args.seed}")
     print(f"snapshot: {len(nodes)} nodes, {len(nodes) * GPUS_PER_NODE} GPUs, "

@@ -27,8 +27,8 @@ django.setup()
 
 import requests  # noqa: E402
 
-from fabric import generators  # noqa: E402
 from fabric import services as fabric_services  # noqa: E402
+from fabric.core import generators  # noqa: E402
 from fabric.models import Fabric  # noqa: E402
 from ibex.accounts import services as accounts  # noqa: E402
 from ibex.accounts.models import Organization  # noqa: E402

@@ -68,8 +68,8 @@ def run(args):
     from django.db import connection
     from django.utils import timezone
 
-    from fabric import generators
     from fabric import services as fabric_services
+    from fabric.core import generators
     from ibex.accounts import services as accounts
     from market import leasing, prices
     from market.models import Allocation, Lease, Order

@@ -35,8 +35,8 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from fabric import generators  # noqa: E402
 from fabric import services as fabric_services  # noqa: E402
+from fabric.core import generators  # noqa: E402
 from ibex.accounts import services as accounts  # noqa: E402
 from market import auctions, leasing, orders  # noqa: E402
 from market.models import Lease, Order  # noqa: E402

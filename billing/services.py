@@ -38,6 +38,7 @@ from billing.models import (
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
 from ibex.outbox import services as outbox
+from ibex.references import lease_ref
 
 log = logging.getLogger(__name__)
 
@@ -459,7 +460,7 @@ def refund_lease_charges(*, tenant: Organization, lease_id: int, actor: str,
     lease twice refunds nothing more: the caller holds the lease's row lock."""
     if LedgerTransaction.objects.filter(source_type=LEASE_REFUND, source_id=str(lease_id)).exists():
         return None
-    by_payee = (UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease_id}:")
+    by_payee = (UsageRecord.objects.filter(lease_ref__startswith=f"{lease_ref(lease_id)}:")
                 .values("payee").annotate(charge=Sum("charge_micros"), fee=Sum("fee_micros"),
                                           held_back=Sum("held_back_micros")).order_by("payee"))
     total = sum(row["charge"] for row in by_payee)

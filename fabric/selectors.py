@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fabric.levels import NodeDomains
+from fabric.core.levels import NodeDomains
+from fabric.core.slurm import export_slurm_block, export_slurm_tree
+from fabric.core.topology import SnapshotNode, TopologySnapshot
 from fabric.models import Fabric, Host
-from fabric.slurm import export_slurm_block, export_slurm_tree
-from fabric.topology import SnapshotNode, TopologySnapshot
 
 EXPORT_FORMATS = ("slurm-tree", "slurm-block")
 

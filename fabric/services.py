@@ -13,13 +13,13 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from fabric.errors import FabricFormatError
-from fabric.ibnetdiscover import parse_ibnetdiscover
-from fabric.levels import analyse, summarise
+from fabric.core.errors import FabricFormatError
+from fabric.core.ibnetdiscover import parse_ibnetdiscover
+from fabric.core.levels import analyse, summarise
+from fabric.core.slurm import parse_slurm_topology
+from fabric.core.spec import FabricSpec
+from fabric.core.topology import bandwidth_inputs
 from fabric.models import Fabric, Hca, Host, Link, Port, Switch
-from fabric.slurm import parse_slurm_topology
-from fabric.spec import FabricSpec
-from fabric.topology import bandwidth_inputs
 from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
 
@@ -149,8 +149,3 @@ def _save_ports_and_links(fabric: Fabric, spec: FabricSpec, host_ids: dict[str, 
                 number=number, device_guid=guid, link=row, link_end=end,
             ))
     Port.objects.bulk_create(ports, batch_size=BATCH)
-
-
-@transaction.atomic
-def delete_fabric(*, fabric: Fabric) -> None:
-    Fabric.objects.filter(pk=fabric.pk).delete()

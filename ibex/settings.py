@@ -215,7 +215,7 @@ SPECTACULAR_SETTINGS = {
         "NodeHealth": "pool.models.Node.Health",
         "NodeDrainMode": "pool.models.Node.DrainMode",
         "GpuHealth": "pool.models.Gpu.Health",
-        "LocalityLevel": "market.api.LOCALITY_LEVELS",
+        "LocalityLevel": "fabric.core.locality.CONSTRAINT_LEVELS",
     },
 }
 

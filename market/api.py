@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from billing.api import DollarsField
 from billing.core.money import to_dollars
+from fabric.core.locality import CONSTRAINT_LEVELS, Locality
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.errors import ApiError
@@ -160,7 +161,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     @extend_schema_field(LocalitySerializer)
     def get_locality(self, lease) -> dict:
         """Leaves, spines and hops spanned by the GPUs it holds now."""
-        return leasing.locality_of([leasing.allocation_key(a) for a in in_force(lease)])
+        return Locality.of(map(leasing.allocation_key, in_force(lease))).to_json()
 
 
 def in_force(lease) -> list:
@@ -223,12 +224,9 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
 # --- orders -------------------------------------------------------------------------------------
 
 
-LOCALITY_LEVELS = ["node", "leaf", "spine"]
-
-
 class TopologySerializer(StrictSerializer):
-    required = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
-    preferred = serializers.ChoiceField(choices=LOCALITY_LEVELS, required=False)
+    required = serializers.ChoiceField(choices=CONSTRAINT_LEVELS, required=False)
+    preferred = serializers.ChoiceField(choices=CONSTRAINT_LEVELS, required=False)
     whole_nodes = serializers.BooleanField(required=False, default=False)
 
     def validate(self, attrs):

@@ -12,13 +12,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.outbox import services as outbox
 from market import leasing
 from market.core import clearing
 from market.models import Clearing, Lease, Order
 from market.order_states import OS, change_order_state, release_order_hold
 from market.orders import (
-    LEVELS,
     FreeGpu,
     bid_for,
     free_priced_gpus,
@@ -94,10 +94,10 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
     models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
                   .values_list("node__hostname", "gpu_model__name"))
     by_id = {str(o.pk): o for o in orders}
-    market = clearing.clear_market(LEVELS, offers_from(by_node, models),
+    market = clearing.clear_market(WIDEST_FIRST, offers_from(by_node, models),
                                    [bid_for(o) for o in orders], make_placer(),
                                    gpu_model=gpu_model)
-    keys = {key[3]: key for key in by_node}
+    keys = {key.host: key for key in by_node}
     accepted = []
     for won in market.accepted:
         order = by_id[won.bid.id]
@@ -128,7 +128,7 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
         notify_preemptions(gpu_model=gpu_model, price_micros=record.price_micros, now=now)
 
 
-def _gpus_taken(by_node, keys, reserves) -> list[tuple[tuple, FreeGpu]]:
+def _gpus_taken(by_node, keys, reserves) -> list[tuple[NodeKey, FreeGpu]]:
     chosen = []
     for node, prices in reserves.items():
         key = keys[node]
@@ -151,7 +151,7 @@ def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
         gpus=[leasing.GpuChoice(g.gpu_id, price_micros) for _, g in chosen],
         starts_at=start, ends_at=start + timedelta(hours=order.hours), price_micros=price_micros,
         max_price_micros=order.max_price_micros,
-        locality=leasing.locality_of(keys),
+        locality=Locality.of(keys).to_json(),
         actor="market", allow_moves=order.allow_moves,
         reason=f"order {order.pk} won at {now:%Y-%m-%d %H:%M} UTC's clearing",
     )

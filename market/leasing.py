@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from billing import services as money
 from billing.core.money import to_dollars
+from fabric.core.locality import NodeKey
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
 from ibex.db import retry_on_deadlock
@@ -68,30 +69,10 @@ def allocations_in_force_with_places():
             .order_by("gpu__node__hostname", "gpu__index"))
 
 
-def max_hops(keys: list[tuple]) -> int:
-    """Switch hops between the farthest two of these (fabric, spine, leaf, host) keys: same
-    node 0, leaf 2, spine 4, else 6."""
-    if len({k[3] for k in keys}) == 1:
-        return 0
-    if len({(k[0], k[2]) for k in keys}) == 1:
-        return 2
-    return 4 if len({(k[0], k[1]) for k in keys}) == 1 else 6
-
-
-def locality_of(keys: list[tuple]) -> dict:
-    """Leaves, spines and hops spanned by GPUs on these (fabric, spine, leaf, host) keys: the
-    terms a lease is sold and shown in."""
-    if not keys:
-        return {}
-    return {"leaves": len({(k[0], k[2]) for k in keys}),
-            "spines": len({(k[0], k[1]) for k in keys}), "max_hops": max_hops(keys)}
-
-
-def allocation_key(allocation: Allocation) -> tuple:
-    """(fabric, spine, leaf, host) of an allocation's GPU (select_related gpu__node__host and
-    gpu__node__fabric)."""
+def allocation_key(allocation: Allocation) -> NodeKey:
+    """Where an allocation's GPU sits (select_related gpu__node__host and gpu__node__fabric)."""
     node = allocation.gpu.node
-    return (node.fabric.name, node.host.spine, node.host.leaf, node.hostname)
+    return NodeKey(node.fabric.name, node.host.spine, node.host.leaf, node.hostname)
 
 
 def gpu_names(gpu_ids) -> list[str]:
@@ -136,7 +117,7 @@ def _release_hold(lease: Lease, reason: str) -> None:
 def _unbind(lease: Lease) -> None:
     """Ask the lease's nodes to stop serving it (their next heartbeat answer says so)."""
     for node in Node.objects.filter(gpus__allocations__lease=lease).distinct():
-        pool.unbind_lease(node=node, lease_ref=f"L-{lease.pk}")
+        pool.unbind_lease(node=node, lease_ref=lease.reference)
 
 
 def _release_from(lease: Lease, moment: datetime) -> None:

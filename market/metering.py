@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db.models import OuterRef, Subquery
 
 from billing.services import MoneyError, record_usage
+from ibex import references
 from ibex.accounts.models import Organization
 from market.models import Allocation, LeaseEvent
 
@@ -62,7 +63,7 @@ def running_leases(*, minute: datetime) -> list[RunningLease]:
     orgs = Organization.objects.in_bulk({g["tenant"] for g in groups.values()}
                                         | {k[1] for k in groups})
     return [
-        RunningLease(ref=f"L-{lease_id}:{orgs[provider_id].slug}:{price}",
+        RunningLease(ref=f"{references.lease_ref(lease_id)}:{orgs[provider_id].slug}:{price}",
                      payer=orgs[g["tenant"]], payee=orgs[provider_id],
                      price_per_gpu_hour_micros=price, gpus=g["gpus"], started_at=g["start"],
                      ended_at=g["end"], order_ref=f"order-{g['order']}" if g["order"] else None)

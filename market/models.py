@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from ibex.accounts.models import Organization
+from ibex.references import lease_ref
 
 # --- prices ---------------------------------------------------------------------------------
 
@@ -102,6 +103,11 @@ class Lease(models.Model):
 
     def __str__(self):
         return f"lease {self.pk} ({self.state})"
+
+    @property
+    def reference(self) -> str:
+        """`L-<id>`: how node bindings and money rows, which know no leases, name it."""
+        return lease_ref(self.pk)
 
 
 class LeaseEvent(models.Model):

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from billing import services as money
 from billing.core.money import divide_rounded
+from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.accounts.models import Organization
 from ibex.db import retry_on_deadlock
 from ibex.outbox import services as outbox
@@ -37,7 +38,6 @@ from market.placement_port import make_placer
 from pool.models import Gpu, GpuModel
 from pool.services import offered_gpus
 
-LEVELS = ["fabric", "spine", "leaf", "node"]
 PLACEMENT_RETRIES = 3
 
 
@@ -186,8 +186,8 @@ class FreeGpu(NamedTuple):
 
 
 def free_priced_gpus(order: Order, start: datetime, end: datetime,
-                     gpu_model_of: dict[str, str] | None = None) -> dict[tuple, list[FreeGpu]]:
-    """(fabric, spine, leaf, hostname) → its free priced GPUs, cheapest first: offered, of an
+                     gpu_model_of: dict[str, str] | None = None) -> dict[NodeKey, list[FreeGpu]]:
+    """Node → its free priced GPUs, cheapest first: offered, of an
     accepted model, for sale over the whole range and for this many hours. `gpu_model_of`,
     when given, is filled with each node's GPU model (hostname → model).
 
@@ -211,10 +211,10 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime,
         .values_list("node__fabric__name", "node__host__spine", "node__host__leaf",
                      "node__hostname", "gpu_model__name", "ids", "indexes", "prices")
     )
-    by_node: dict[tuple, list[FreeGpu]] = {}
+    by_node: dict[NodeKey, list[FreeGpu]] = {}
     models: dict[str, str] = {}
     for fabric, spine, leaf, host, model, ids, indexes, prices in rows:
-        by_node[(fabric, spine, leaf, host)] = list(map(FreeGpu, ids, indexes, prices))
+        by_node[NodeKey(fabric, spine, leaf, host)] = list(map(FreeGpu, ids, indexes, prices))
         models[host] = model
     if gpu_model_of is not None:
         gpu_model_of.update(models)
@@ -235,14 +235,12 @@ def bid_for(order: Order) -> clearing.Bid:
     )
 
 
-def offers_from(by_node: dict[tuple, list[FreeGpu]], gpu_model_of: dict[str, str]
+def offers_from(by_node: dict[NodeKey, list[FreeGpu]], gpu_model_of: dict[str, str]
                 ) -> list[clearing.NodeOffer]:
     return [
-        clearing.NodeOffer(name=host, gpu_model=gpu_model_of[host],
-                           labels={"fabric": fabric, "spine": f"{fabric}/{spine}",
-                                   "leaf": f"{fabric}/{leaf}"},
+        clearing.NodeOffer(name=key.host, gpu_model=gpu_model_of[key.host], labels=key.labels,
                            reserve_micros=tuple(g.price_micros for g in gpus))
-        for (fabric, spine, leaf, host), gpus in sorted(by_node.items())
+        for key, gpus in sorted(by_node.items())
     ]
 
 
@@ -250,14 +248,14 @@ def offers_from(by_node: dict[tuple, list[FreeGpu]], gpu_model_of: dict[str, str
 class FoundGpus:
     """Where the placement engine put an order: the GPUs chosen (with their node keys)."""
 
-    chosen: list[tuple[tuple, FreeGpu]]
+    chosen: list[tuple[NodeKey, FreeGpu]]
     gpu_model: str
 
     def choices(self) -> list[leasing.GpuChoice]:
         return [leasing.GpuChoice(g.gpu_id, g.price_micros) for _, g in self.chosen]
 
     def locality(self) -> dict:
-        return leasing.locality_of([k for k, _ in self.chosen])
+        return Locality.of(k for k, _ in self.chosen).to_json()
 
     def price_micros(self, limit_micros: int) -> int:
         prices = [g.price_micros for _, g in self.chosen]
@@ -269,12 +267,12 @@ def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
     cheapest set that satisfies its models, topology and price limit, or why there is none."""
     models: dict[str, str] = {}
     by_node = free_priced_gpus(order, start, end, gpu_model_of=models)
-    result = clearing.match_on_demand(LEVELS, offers_from(by_node, models),
+    result = clearing.match_on_demand(WIDEST_FIRST, offers_from(by_node, models),
                                       [bid_for(order)], make_placer())
     if result.refused:
         return result.refused[0].reason
     chosen = _cheapest_gpus(by_node, result.matched[0].lines)
-    return FoundGpus(chosen=chosen, gpu_model=models[chosen[0][0][3]])
+    return FoundGpus(chosen=chosen, gpu_model=models[chosen[0][0].host])
 
 
 def match_on_demand(*, order: Order, actor: str) -> Order:
@@ -297,9 +295,9 @@ def match_on_demand(*, order: Order, actor: str) -> Order:
     return _not_filled(order, "the GPUs were taken by other orders; try again", actor)
 
 
-def _cheapest_gpus(by_node: dict, lines) -> list[tuple[tuple, FreeGpu]]:
+def _cheapest_gpus(by_node: dict, lines) -> list[tuple[NodeKey, FreeGpu]]:
     """The GPUs the match paid for: on each node, that many GPUs at each posted price."""
-    keys = {key[3]: key for key in by_node}
+    keys = {key.host: key for key in by_node}
     chosen = []
     for line in lines:
         key = keys[line.node]

@@ -27,10 +27,9 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from market import leasing, pool_orders
-from market.leasing import locality_of
 from market.models import Lease, Order
-from market.orders import LEVELS
 from pool import quota as core
 from pool import quotas
 from pool.models import Gpu, Pool, QuotaNode
@@ -50,7 +49,7 @@ class PassReport:
 
 @dataclass
 class FreeNode:
-    key: tuple  # (fabric, spine, leaf, hostname)
+    key: NodeKey
     gpus: list[tuple[int, int]]  # (gpu id, index), lowest index first
     total: int
     model: str
@@ -83,7 +82,7 @@ def free_nodes(pool: Pool, start: datetime, end: datetime) -> dict[str, FreeNode
                          "node__host__leaf", "node__hostname", "gpu_model__name"))
     nodes: dict[str, FreeNode] = {}
     for gpu_id, index, fabric, spine, leaf, host, model in rows:
-        node = nodes.setdefault(host, FreeNode((fabric, spine, leaf, host), [],
+        node = nodes.setdefault(host, FreeNode(NodeKey(fabric, spine, leaf, host), [],
                                                totals.get(host, 0), model))
         node.gpus.append((gpu_id, index))
     for node in nodes.values():
@@ -92,7 +91,7 @@ def free_nodes(pool: Pool, start: datetime, end: datetime) -> dict[str, FreeNode
 
 
 def _leaf(node: FreeNode) -> str:
-    return f"{node.key[0]}/{node.key[2]}"
+    return node.key.labels["leaf"]
 
 
 def reserved_nodes(nodes: dict[str, FreeNode], shapes: dict[str, int]) -> set[str]:
@@ -132,13 +131,12 @@ class PoolPlacer:
     def __init__(self, pool: Pool, start: datetime, horizon: datetime, shapes: dict[str, int]):
         self.nodes = free_nodes(pool, start, horizon)
         self.shapes = shapes
-        self.index = PlacementIndex(LEVELS, [
-            Node(name=name, labels={"fabric": n.key[0], "spine": f"{n.key[0]}/{n.key[1]}",
-                                    "leaf": f"{n.key[0]}/{n.key[2]}"},
+        self.index = PlacementIndex(WIDEST_FIRST, [
+            Node(name=name, labels=n.key.labels,
                  free_gpus=len(n.gpus), gpu_model=n.model, total_gpus=len(n.gpus))
             for name, n in sorted(self.nodes.items())])
 
-    def place(self, order: Order) -> tuple[list[tuple[tuple, int]] | None, str]:
+    def place(self, order: Order) -> tuple[list[tuple[NodeKey, int]] | None, str]:
         """[(node key, gpu id)] for the order, or None and the reason."""
         others = {q: n for q, n in self.shapes.items() if q != order.quota_node.name}
         topology = order.topology or {}
@@ -157,10 +155,10 @@ class PoolPlacer:
             chosen += [(node.key, gpu_id) for gpu_id, _ in node.gpus[:count]]
         return chosen, ""
 
-    def take(self, chosen: list[tuple[tuple, int]]) -> None:
+    def take(self, chosen: list[tuple[NodeKey, int]]) -> None:
         taken = defaultdict(set)
         for key, gpu_id in chosen:
-            taken[key[3]].add(gpu_id)
+            taken[key.host].add(gpu_id)
         self.index.commit({name: len(ids) for name, ids in taken.items()})
         for name, ids in taken.items():
             self.nodes[name].gpus = [g for g in self.nodes[name].gpus if g[0] not in ids]
@@ -206,7 +204,7 @@ def _admit_and_place(pool, tree, usage, running, leases, queued, now, report) ->
                 lease = pool_orders.fill_pool_order(
                     order=order, gpus=[leasing.GpuChoice(g, 0) for _, g in chosen],
                     gpu_model=workload.model, starts_at=now,
-                    locality=locality_of([k for k, _ in chosen]), reason=note)
+                    locality=Locality.of(k for k, _ in chosen).to_json(), reason=note)
         except leasing.GpusUnavailable:
             waiting[workload.id] = "its GPUs were taken meanwhile; next pass"
             continue

@@ -145,7 +145,7 @@ def _move(planned: list, index: FreeIndex, outcome: dict[int, str]) -> list:
         with transaction.atomic():
             leasing.move_many(moves=[m for m, _, _ in planned])
             pool.set_lease_bindings(wanted={
-                f"L-{m.lease.pk}": _bindings_after(h, set(m.away_from), chosen)
+                m.lease.reference: _bindings_after(h, set(m.away_from), chosen)
                 for m, h, chosen in planned})
         outcome.update({m.lease.pk: "moved" for m, _, _ in planned})
     except leasing.GpusUnavailable:
@@ -232,4 +232,4 @@ def rebind(lease: Lease) -> None:
     for node_id, index in Allocation.objects.filter(lease=lease, period__contains=now).values_list(
             "gpu__node_id", "gpu__index"):
         wanted[node_id].append(index)
-    pool.set_lease_bindings(wanted={f"L-{lease.pk}": wanted})
+    pool.set_lease_bindings(wanted={lease.reference: wanted})

@@ -20,11 +20,10 @@ from datetime import datetime
 
 from django.db.models import F, Func, OuterRef, Q, Subquery
 
+from fabric.core.locality import CONSTRAINT_LEVELS, LEVELS
 from market.models import Allocation
 from pool.models import Pool
 from pool.services import offered_gpus
-
-LEVELS = ("node", "leaf", "spine")
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class Slot:
 
 
 def domain_of(level: str | None, fabric: str, spine: str, leaf: str, host: str):
-    if level not in LEVELS:
+    if level not in CONSTRAINT_LEVELS:
         return None
     return (fabric, {"node": host, "leaf": leaf, "spine": spine}[level])
 
@@ -68,7 +67,7 @@ class FreeIndex:
         self.domains: dict[tuple, set] = defaultdict(set)
         for slot in sorted(slots, key=lambda s: (s.price_micros, s.gpu_id)):
             model = (slot.pool, model_of[slot.gpu_id])
-            for level in (*LEVELS, "fabric"):
+            for level in LEVELS:
                 self.by_domain[(model, level, slot.domain(level))].append(slot)
                 self.domains[(model, level)].add(slot.domain(level))
 
@@ -148,13 +147,13 @@ class FreeIndex:
             (d[0] for d in self.domains.get((gpu_model, "fabric"), ())),
             key=lambda f: (f != prefer_fabric, f))
         chosen: list[Slot] | None = None
-        if level in LEVELS and keep is not None:
+        if level in CONSTRAINT_LEVELS and keep is not None:
             chosen = self._cheapest(self.by_domain.get((gpu_model, level, keep), []), count,
                                     max_price, ends_at)
             if len(chosen) < count:
                 chosen = None if required else self._fill(chosen, gpu_model, count, max_price,
                                                           ends_at, fabrics)
-        elif level in LEVELS:
+        elif level in CONSTRAINT_LEVELS:
             chosen = self._one_domain(gpu_model, level, count, max_price, ends_at, prefer)
             if chosen is None and not required:
                 chosen = self._fill([], gpu_model, count, max_price, ends_at, fabrics)

@@ -34,6 +34,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ibex.outbox import services as outbox
+from ibex.references import lease_id_of
 from market import leasing, pool_orders
 from market.models import Allocation, Lease, Order
 from market.orders import FoundGpus, FreeGpu, find_gpus
@@ -50,15 +51,6 @@ PAUSE_ENV = "IBEX_TEST_PAUSE_IN_PLACEMENT_S"
 
 class NoPlacement(Exception):
     """The lease cannot be placed on the pool as it is now; the message says why."""
-
-
-def lease_ref(lease: Lease) -> str:
-    return f"L-{lease.pk}"
-
-
-def lease_id_of(ref: str) -> int | None:
-    prefix, _, number = ref.partition("-")
-    return int(number) if prefix == "L" and number.isdigit() else None
 
 
 def lease_exists(*, lease_id: int) -> bool:
@@ -94,7 +86,7 @@ def place_lease(*, lease_id: int, final: bool = True) -> Lease:
                 "gpu__node_id", "gpu__index"):
             indexes[node_id].append(index)
         for node in Node.objects.filter(pk__in=list(indexes)).order_by("pk"):
-            pool.bind_lease(node=node, lease_ref=lease_ref(lease), gpu_indexes=indexes[node.pk])
+            pool.bind_lease(node=node, lease_ref=lease.reference, gpu_indexes=indexes[node.pk])
         pause = float(os.environ.get(PAUSE_ENV) or 0)
         if pause:
             time.sleep(pause)
@@ -156,7 +148,7 @@ def _activate(lease_id: int) -> bool:
             pk=lease_id, state=Lease.State.PLACING).first()
         if lease is None:
             return False  # not placed yet, or activated / ended meanwhile
-        bindings = Binding.objects.filter(lease_ref=lease_ref(lease), serve=True)
+        bindings = Binding.objects.filter(lease_ref=lease.reference, serve=True)
         if not bindings.exists() or bindings.filter(acknowledged_at__isnull=True).exists():
             return False
         leasing.change_lease_state(lease=lease, to_state=Lease.State.ACTIVE,
@@ -212,7 +204,7 @@ def replace_unacknowledged_leases(*, now: datetime | None = None) -> list[int]:
                 pk=lease_id, state=Lease.State.PLACING).first()
             if lease is None:
                 continue
-            ref = lease_ref(lease)
+            ref = lease.reference
             bindings = list(Binding.objects.filter(lease_ref=ref, serve=True)
                             .select_related("node"))
             silent = sorted(b.node.hostname for b in bindings if b.acknowledged_at is None)
@@ -248,7 +240,7 @@ def fail_stuck_leases(*, now: datetime | None = None) -> list[int]:
                 pk=lease_id, state__in=[Lease.State.PENDING, Lease.State.PLACING]).first()
             if lease is None:
                 continue
-            waiting = list(Binding.objects.filter(lease_ref=lease_ref(lease), serve=True,
+            waiting = list(Binding.objects.filter(lease_ref=lease.reference, serve=True,
                                                   acknowledged_at__isnull=True)
                            .values_list("node__hostname", flat=True))
             reason = (f"not active after {settings.PLACING_TIMEOUT_S} s: no acknowledgement "

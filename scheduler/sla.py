@@ -31,8 +31,8 @@ from django.utils import timezone
 from billing import services as money
 from billing.core.money import to_dollars
 from billing.models import UsageRecord
+from fabric.core.locality import Locality, NodeKey
 from market import leasing
-from market.leasing import locality_of
 from market.models import Allocation, Lease, LeaseEvent
 from notify import events
 from notify.models import Event
@@ -166,12 +166,12 @@ def measure(lease: Lease, sla: LeaseSla, now: datetime) -> Measurement:
 def locality_now(lease: Lease, at: datetime) -> dict:
     """Where the lease's GPUs sit at `at`, in the terms it was sold with (leaves, spines,
     max_hops), to compare with the promised locality after a move."""
-    keys = [(fabric, spine, leaf, host) for fabric, spine, leaf, host, period in
+    keys = [NodeKey(fabric, spine, leaf, host) for fabric, spine, leaf, host, period in
             Allocation.objects.filter(lease=lease).values_list(
                 "gpu__node__fabric__name", "gpu__node__host__spine", "gpu__node__host__leaf",
                 "gpu__node__hostname", "period")
             if period.lower <= at and (period.upper is None or at < period.upper)]
-    return locality_of(keys)
+    return Locality.of(keys).to_json()
 
 
 def locality_kept(promised: dict, now: dict) -> bool:
@@ -183,7 +183,7 @@ def locality_kept(promised: dict, now: dict) -> bool:
 
 def cost_so_far_micros(lease: Lease) -> int:
     """What the lease has been billed (usage refs are `L-<id>:<provider>:<price>`)."""
-    total = UsageRecord.objects.filter(lease_ref__startswith=f"L-{lease.pk}:").aggregate(
+    total = UsageRecord.objects.filter(lease_ref__startswith=f"{lease.reference}:").aggregate(
         total=Sum("charge_micros"))["total"]
     return total or 0
 
@@ -265,7 +265,7 @@ def evaluate_lease(*, lease: Lease, now: datetime | None = None) -> SlaCredit | 
             return None  # credited meanwhile by an overlapping run
         credit.transaction = money.grant_sla_credit(
             tenant=lease.tenant, provider=provider, amount_micros=amount,
-            lease_ref=f"L-{lease.pk}", reason=reason, actor="sla")
+            lease_ref=lease.reference, reason=reason, actor="sla")
         credit.save(update_fields=["transaction"])
         events.record_event(
             lease=lease, kind=Event.Kind.CREDITED, source=f"sla_credit:{credit.pk}",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from fabric.hostlist import natural_sorted
-from fabric.levels import NodeDomains
+from fabric.core.hostlist import natural_sorted
+from fabric.core.levels import NodeDomains
 
 CELL = 30  # one node square, with its gap
 NODE = 24

@@ -6,8 +6,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fabric.core.locality import Locality
 from market import leasing, orders
-from market.leasing import ENDED, allocation_key, allocations_in_force_with_places, locality_of
+from market.leasing import ENDED, allocation_key, allocations_in_force_with_places
 from market.models import Lease, Order
 from scheduler.sla import sla_report
 from web.orgs import tenant_required
@@ -38,7 +39,7 @@ def _lease_context(lease: Lease) -> dict:
     now = timezone.now()
     allocations = list(allocations_in_force_with_places().filter(lease=lease))
     context = {"lease": lease, "ended": lease.state in ENDED, "gpus": gpu_list(allocations),
-               "locality": locality_of([allocation_key(a) for a in allocations]),
+               "locality": Locality.of(map(allocation_key, allocations)).to_json(),
                "events": lease.events.all(), "sla": _sla(lease), "now": now,
                "max_extend_hours": MAX_EXTEND_HOURS}
     if lease.state == Lease.State.PREEMPTING and lease.preempt_at:

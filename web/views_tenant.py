@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.services import balances_of
+from fabric.core.locality import Locality
 from ibex import ratelimit
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
@@ -17,7 +18,6 @@ from market.leasing import (
     ENDED,
     allocation_key,
     allocations_in_force_with_places,
-    locality_of,
 )
 from market.models import Lease, Order
 from pool.services import offered_gpus
@@ -41,7 +41,7 @@ def _activity(org, query=None) -> dict:
         "lease_page": leases,
         "leases": [{"lease": lease, "ended": lease.state in ENDED,
                     "gpus": gpu_list(lease.in_force),
-                    "locality": locality_of([allocation_key(a) for a in lease.in_force])}
+                    "locality": Locality.of(map(allocation_key, lease.in_force)).to_json()}
                    for lease in leases],
         "balances": balances_of(org),
     }

@@ -10,9 +10,9 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass, replace
 
-from fabric.generators import dragonfly, fat_tree, torus
-from fabric.spec import FabricSpec
-from fabric.topology import SnapshotNode, TopologySnapshot
+from fabric.core.generators import dragonfly, fat_tree, torus
+from fabric.core.spec import FabricSpec
+from fabric.core.topology import SnapshotNode, TopologySnapshot
 from scheduler.simulate.csvread import read_rows
 from scheduler.simulate.errors import InputError
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fabric.core.locality import LEVEL_RANK
 from scheduler.simulate.cluster import Cluster
 from scheduler.simulate.workload import Job
-
-LEVEL_RANK = {"node": 0, "leaf": 1, "spine": 2, "fabric": 3}
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:

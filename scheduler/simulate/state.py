@@ -22,11 +22,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from fabric.core.locality import ONE_FABRIC_WIDEST_FIRST
 from scheduler.core.placement import Node, PlacementIndex, Request
 from scheduler.simulate.cluster import Cluster, ClusterNode
 from scheduler.simulate.workload import WHOLE, Job
-
-LEVELS = ("spine", "leaf", "node")  # the engine's levels, widest first
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class ClusterState:
         self._largest_node: dict[frozenset[str] | None, int] = {}
         self.nodes: dict[str, ClusterNode] = {node.name: node for node in cluster.nodes}
         self.order: list[str] = [node.name for node in cluster.nodes]  # file order
-        self.index = PlacementIndex(LEVELS, (engine_node(node) for node in cluster.nodes))
+        self.index = PlacementIndex(ONE_FABRIC_WIDEST_FIRST, (engine_node(node) for node in cluster.nodes))
         self.free_cpu = {node.name: node.cpu_milli for node in cluster.nodes}
         self.free_memory = {node.name: node.memory_mib for node in cluster.nodes}
         self.slots: dict[str, dict[int, int]] = {node.name: {} for node in cluster.nodes}

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
+from agent.cli import hostnames_of, main
 from agent.fleet import Fleet, FleetOptions
-from agent.hostlist import expand_hostlist
 from tests.agent.fake_ibex import PROVIDER_KEY, FakeIbex
 from tests.clock import python_path
 
@@ -30,7 +29,7 @@ def ibex():
 
 def fleet_for(ibex, hosts: str, **options) -> Fleet:
     return Fleet(FleetOptions(
-        api=ibex.url, key=PROVIDER_KEY, fabric="fab1", hostnames=expand_hostlist(hosts),
+        api=ibex.url, key=PROVIDER_KEY, fabric="fab1", hostnames=hostnames_of(hosts),
         gpu_model="H100-80GB", gpus=8, interval_s=0.05, workers=4, **options,
     ))
 
@@ -194,7 +193,7 @@ def test_simulate_cli_rejects_a_bad_host_list(capsys):
         main(["simulate", "--api", "http://127.0.0.1:1", "--key", "k", "--fabric", "f",
               "--hosts", "gpu[01-", "--gpu-model", "H100-80GB"])
     assert stopped.value.code == 2
-    assert "--hosts: unbalanced '['" in capsys.readouterr().err
+    assert "--hosts: unclosed '['" in capsys.readouterr().err
 
 
 def test_simulate_reloads_the_control_file_on_sigusr1_and_stops_on_sigterm(ibex, tmp_path):

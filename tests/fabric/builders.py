@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabric.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec, synthetic_guid
+from fabric.core.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec, synthetic_guid
 
 
 def tree_spec(

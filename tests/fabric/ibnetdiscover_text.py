@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabric.spec import FabricSpec
+from fabric.core.spec import FabricSpec
 
 _SPEED = {400: "4xNDR", 200: "4xHDR", 100: "4xEDR"}
 

@@ -190,7 +190,8 @@ def test_a_topology_conf_asking_for_millions_of_hosts_is_refused_with_its_line(p
 
 
 def test_a_fabric_with_more_hosts_than_allowed_is_refused_whole(provider, monkeypatch):
-    from fabric import generators, services
+    from fabric import services
+    from fabric.core import generators
 
     monkeypatch.setattr(services, "MAX_HOSTS_PER_FABRIC", 10)
 

@@ -1,7 +1,8 @@
-from fabric import generators, services
+from fabric import services
+from fabric.core import generators
+from fabric.core.topology import TopologySnapshot
 from fabric.models import Fabric
 from fabric.selectors import load_snapshot
-from fabric.topology import TopologySnapshot
 
 
 def test_the_snapshot_read_from_the_database_answers_like_the_one_built_from_the_spec(provider):

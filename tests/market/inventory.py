@@ -1,7 +1,7 @@
 """Builders for market tests: a verified provider with a small fabric of registered nodes."""
 
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from ibex.accounts import services as accounts
 from pool import services as pool
 from pool.models import Gpu

@@ -1,8 +1,8 @@
 import pytest
 from rest_framework.test import APIClient
 
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from ibex.accounts import services as accounts
 
 

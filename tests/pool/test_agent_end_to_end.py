@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from ibex.accounts import services as accounts
 from pool.models import Gpu, HealthEvent, Node
 from pool.services import ensure_gpu_catalogue

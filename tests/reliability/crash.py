@@ -211,14 +211,13 @@ class Placement(Scenario):
         from market import leasing
         from market.models import Allocation, Lease
         from pool.models import Binding
-        from scheduler.services import lease_ref
 
         for lease in Lease.objects.filter(pk__in=self.leases):
             assert lease.state in ("placing", "active"), (lease.pk, lease.state)
             # where it runs now (placement may have moved it off GPUs taken meanwhile)
             nodes = set(Allocation.objects.filter(lease=lease, period__contains=timezone.now())
                         .values_list("gpu__node_id", flat=True))
-            bound = Counter(Binding.objects.filter(lease_ref=lease_ref(lease))
+            bound = Counter(Binding.objects.filter(lease_ref=lease.reference)
                             .values_list("node_id", flat=True))
             assert set(bound) == nodes and set(bound.values()) == {1}, (lease.pk, bound)
             leasing.terminate_lease(lease=lease, actor="crash", reason="round over")

@@ -26,8 +26,8 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from ibex.accounts.models import ApiKey
 from ibex.accounts.services import issue_api_key
 from tests.factories import client_for, make_org

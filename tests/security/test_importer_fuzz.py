@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric import generators
-from fabric.errors import FabricFormatError
-from fabric.ibnetdiscover import parse_ibnetdiscover
+from fabric.core import generators
+from fabric.core.errors import FabricFormatError
+from fabric.core.ibnetdiscover import parse_ibnetdiscover
+from fabric.core.slurm import export_slurm_block, export_slurm_tree, parse_slurm_topology
+from fabric.core.spec import FabricSpec
 from fabric.models import Fabric, Hca, Host, Link, Port, Switch
 from fabric.services import FabricImportError, import_fabric_file, save_fabric
-from fabric.slurm import export_slurm_block, export_slurm_tree, parse_slurm_topology
-from fabric.spec import FabricSpec
 from tests.factories import make_org
 
 EXAMPLES = int(os.environ.get("IBEX_FUZZ_EXAMPLES", "150"))

@@ -23,8 +23,8 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from billing import services as market
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from ibex.accounts import services as accounts
 from ibex.accounts.models import ApiKey
 from ibex.accounts.permissions import ALL_SCOPES, _ScopePermission

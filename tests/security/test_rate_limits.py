@@ -84,8 +84,8 @@ def test_a_key_created_on_the_web_after_the_limit_is_a_429(rates, db):
 
 def test_heartbeats_faster_than_the_limit_are_a_429_and_strangers_use_none_of_it(
         rates, db):
-    from fabric import generators
     from fabric import services as fabric_services
+    from fabric.core import generators
     from pool import services as pool
 
     rates(heartbeat="2/min")

@@ -39,8 +39,8 @@ def test_an_api_key_is_stored_only_as_its_hash(db):
 
 
 def test_a_node_token_is_stored_only_as_its_hash(db):
-    from fabric import generators
     from fabric import services as fabric_services
+    from fabric.core import generators
 
     provider = make_org("hpc-provider", "provider")
     pool.ensure_gpu_catalogue()

@@ -1,4 +1,4 @@
-from fabric.levels import NodeDomains
+from fabric.core.levels import NodeDomains
 from web.fabric_picture import NodeState, fill_of, layout
 
 

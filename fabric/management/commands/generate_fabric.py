@@ -2,9 +2,10 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fabric import generators, services
+from fabric import services
+from fabric.core import generators
+from fabric.core.slurm import export_slurm_tree
 from fabric.management.commands._owner import resolve_owner
-from fabric.slurm import export_slurm_tree
 
 
 class Command(BaseCommand):

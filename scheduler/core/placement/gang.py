@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from fabric.core.locality import max_hops
 from market.core.whatif import InvalidInput
 from scheduler.core.placement.filters import (
     count_static_exclusions,
@@ -387,16 +388,3 @@ def describe(index: CapacityTree, assignment: Assignment, excluded: dict[str, in
         domains[level] = tuple(dict.fromkeys(path[position] for path in paths))
     return Placement(placed=True, assignment=ordered, domains=domains,
                      max_hops=max_hops(paths), excluded=excluded)
-
-
-def max_hops(paths: list[tuple[str, ...]]) -> int:
-    """Worst switch-hop distance between two nodes in a tree: 2 per level climbed from the
-    nodes to their lowest common domain (0 same node, 2 same leaf, ..., 2 x levels across
-    the top). The worst pair meets at the common prefix of all the paths."""
-    if not paths:
-        return 0
-    first, last = paths[0], paths[-1]  # sorted: the common prefix of all is theirs
-    common = 0
-    while common < len(first) and first[common] == last[common]:
-        common += 1
-    return 2 * (len(first) - common)

@@ -16,8 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from billing import services as money
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
 from ibex.accounts.models import Membership, Organization, ProviderProfile

@@ -125,8 +125,8 @@ def test_a_keys_default_scopes_follow_the_organisations_role(capsys, role, scope
 
 
 def test_the_readmes_provider_key_can_register_a_node(capsys):
-    from fabric import generators
     from fabric import services as fabric_services
+    from fabric.core import generators
     from ibex.accounts.models import Organization
 
     call_command("create_api_key", "--org", "new-dc", "--create-org", "--role", "provider")

@@ -4,8 +4,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from fabric import generators
 from fabric import services as fabric_services
+from fabric.core import generators
 from ibex.accounts import services as accounts
 from market import prices
 from market.models import Clearing

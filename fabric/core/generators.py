@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fabric.spec import Coords, FabricSpec, HcaSpec, LinkSpec, SwitchSpec, synthetic_guid
+from fabric.core.spec import Coords, FabricSpec, HcaSpec, LinkSpec, SwitchSpec, synthetic_guid
 
 
 def _width(count: int) -> int:

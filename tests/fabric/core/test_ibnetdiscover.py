@@ -2,13 +2,13 @@ from pathlib import Path
 
 import pytest
 
-from fabric.errors import FabricFormatError
-from fabric.generators import fat_tree
-from fabric.ibnetdiscover import host_of_description, parse_ibnetdiscover
-from fabric.levels import NodeDomains, compute_domains
+from fabric.core.errors import FabricFormatError
+from fabric.core.generators import fat_tree
+from fabric.core.ibnetdiscover import host_of_description, parse_ibnetdiscover
+from fabric.core.levels import NodeDomains, compute_domains
 from tests.fabric.ibnetdiscover_text import render_ibnetdiscover
 
-SAMPLE_PATH = Path(__file__).parent / "data" / "two_leaves_two_spines.ibnetdiscover"
+SAMPLE_PATH = Path(__file__).parent.parent / "data" / "two_leaves_two_spines.ibnetdiscover"
 SAMPLE = SAMPLE_PATH.read_text()
 
 

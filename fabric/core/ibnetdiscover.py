@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fabric.errors import FabricFormatError
-from fabric.spec import (
+from fabric.core.errors import FabricFormatError
+from fabric.core.spec import (
     MAX_DESCRIPTION_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PORTS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from fabric.errors import HostlistError
+from fabric.core.errors import HostlistError
 
 # A guard against expressions such as node[1-999999999] that would exhaust memory.
 # The largest fabrics described are about 12,500 hosts (100,000 GPUs): a hostlist naming more

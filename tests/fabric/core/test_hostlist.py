@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.errors import HostlistError
-from fabric.hostlist import compress_hostlist, expand_hostlist, natural_sorted
+from fabric.core.errors import HostlistError
+from fabric.core.hostlist import compress_hostlist, expand_hostlist, natural_sorted
 
 
 def test_expand_keeps_zero_padding_and_single_values():

@@ -12,11 +12,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fabric.hostlist import natural_key, natural_sorted
-from fabric.levels import LEVELS, FabricLevels, analyse
-from fabric.spec import Coords, FabricSpec
-
-LEVEL_RANK = {level: rank for rank, level in enumerate(LEVELS)}
+from fabric.core.hostlist import natural_key, natural_sorted
+from fabric.core.levels import FabricLevels, analyse
+from fabric.core.locality import LEVEL_RANK, LEVELS
+from fabric.core.spec import Coords, FabricSpec
 
 # Links crossed between two nodes whose lowest common level is node / leaf / spine / fabric.
 _TREE_HOPS = (0, 2, 4, 6)  # node-leaf-node, node-leaf-spine-leaf-node, ... via a core

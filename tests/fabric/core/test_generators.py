@@ -2,8 +2,8 @@ from collections import Counter
 
 import pytest
 
-from fabric.generators import dragonfly, fat_tree, torus
-from fabric.levels import compute_domains
+from fabric.core.generators import dragonfly, fat_tree, torus
+from fabric.core.levels import compute_domains
 
 
 def guids_unique(spec):

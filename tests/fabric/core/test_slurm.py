@@ -2,10 +2,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.errors import FabricFormatError
-from fabric.generators import dragonfly, fat_tree, torus
-from fabric.levels import NodeDomains, compute_domains
-from fabric.slurm import export_slurm_block, export_slurm_tree, parse_slurm_topology
+from fabric.core.errors import FabricFormatError
+from fabric.core.generators import dragonfly, fat_tree, torus
+from fabric.core.levels import NodeDomains, compute_domains
+from fabric.core.slurm import export_slurm_block, export_slurm_tree, parse_slurm_topology
 
 SLURM_DOC_EXAMPLE = """\
 # topology.conf from the Slurm documentation

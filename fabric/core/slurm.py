@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fabric.errors import FabricFormatError, HostlistError
-from fabric.hostlist import compress_hostlist, expand_hostlist, natural_key, natural_sorted
-from fabric.levels import NodeDomains, compute_domains, group_name
-from fabric.spec import (
+from fabric.core.errors import FabricFormatError, HostlistError
+from fabric.core.hostlist import compress_hostlist, expand_hostlist, natural_key, natural_sorted
+from fabric.core.levels import NodeDomains, compute_domains, group_name
+from fabric.core.spec import (
     MAX_NAME_LENGTH,
     FabricSpec,
     HcaSpec,

@@ -1,7 +1,7 @@
 import pytest
 
-from fabric.generators import dragonfly, fat_tree, torus
-from fabric.levels import NodeDomains, analyse, compute_domains, summarise
+from fabric.core.generators import dragonfly, fat_tree, torus
+from fabric.core.levels import NodeDomains, analyse, compute_domains, summarise
 from tests.fabric.builders import tree_spec
 
 

@@ -16,10 +16,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fabric.hostlist import natural_sorted
-from fabric.spec import Coords, FabricSpec
-
-LEVELS = ("node", "leaf", "spine", "fabric")
+from fabric.core.hostlist import natural_sorted
+from fabric.core.locality import LEVELS
+from fabric.core.spec import Coords, FabricSpec
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from fabric.generators import dragonfly, fat_tree, torus
-from fabric.levels import compute_domains
-from fabric.topology import SnapshotNode, TopologySnapshot
+from fabric.core.generators import dragonfly, fat_tree, torus
+from fabric.core.levels import compute_domains
+from fabric.core.topology import SnapshotNode, TopologySnapshot
 from tests.fabric.builders import tree_spec
 
 # Two spine domains: S1 over leaves L1 (a1, a2) and L2 (b1); S2 over L3 (c1, c2, c3).

@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fabric.hostlist import natural_sorted
+from fabric.core.hostlist import natural_sorted
 
 TIERS = ("leaf", "spine", "core", "router")
 
