@@ -36,7 +36,7 @@ from market.money import to_dollars
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
 from scheduler import events
-from scheduler import sla_measure as measure_core
+from scheduler.core import sla as measure_core
 from scheduler.models import Event, LeaseSla, SlaCredit
 
 log = logging.getLogger(__name__)

@@ -91,7 +91,7 @@ def invariants(fake) -> dict:
 
     from market import ledger
     from market.models import Lease, Payout
-    from scheduler import services as scheduler
+    from scheduler import placing as scheduler
 
     with connection.cursor() as cursor:
         cursor.execute("""
@@ -210,7 +210,7 @@ class Placement(Scenario):
         from market import leasing
         from market.models import Allocation, Lease
         from pool.models import Binding
-        from scheduler.services import lease_ref
+        from scheduler.placing import lease_ref
 
         for lease in Lease.objects.filter(pk__in=self.leases):
             assert lease.state in ("placing", "active"), (lease.pk, lease.state)

@@ -4,8 +4,9 @@ from market import leasing
 from market.models import Allocation, LeaseEvent
 from pool import services as pool
 from pool.models import Binding, Node
-from scheduler import drain, events
+from scheduler import events
 from scheduler.models import Event
+from scheduler.moves import drain
 from tests.scheduler.test_remediation import active_lease, current_hosts, setup_market
 
 

@@ -5,7 +5,7 @@ from django.db import connection
 from django.utils import timezone
 
 from market.models import Allocation, LeaseEvent
-from scheduler import remediation
+from scheduler.moves import remediation
 from tests.scheduler.test_remediation import active_lease, fail_all, setup_market
 
 

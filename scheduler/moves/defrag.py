@@ -30,8 +30,8 @@ from market import leasing
 from market.models import Allocation, GpuPrice, Lease
 from pool.models import Gpu, Node, Pool
 from scheduler.models import DefragRun
+from scheduler.moves.one_lease import lock_active, rebind
 from scheduler.placement import defrag as core
-from scheduler.remediation import lock_active, rebind
 
 log = logging.getLogger(__name__)
 REASON = "defragmentation"
