@@ -9,7 +9,7 @@ from scheduler import placing as scheduler
 from scheduler.models import DefragRun
 from scheduler.moves import defrag
 from tests.factories import make_org
-from tests.scheduler.test_remediation import setup_market
+from tests.scheduler.moves.test_remediation import setup_market
 
 PRICE = 2_000_000
 

@@ -7,7 +7,7 @@ from pool.models import Binding, Node
 from scheduler import events
 from scheduler.models import Event
 from scheduler.moves import drain
-from tests.scheduler.test_remediation import active_lease, current_hosts, setup_market
+from tests.scheduler.moves.test_remediation import active_lease, current_hosts, setup_market
 
 
 def nodes_of(lease) -> set[int]:

@@ -20,8 +20,8 @@ from scheduler import tasks
 from scheduler.moves import remediation
 from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
+from tests.scheduler.moves.test_remediation import active_lease, fail
 from tests.scheduler.pools.builders import H100, admit, order, private_pool, queue, run, states
-from tests.scheduler.test_remediation import active_lease, fail
 
 
 @pytest.fixture
