@@ -45,7 +45,7 @@ from ibex.accounts import services as accounts  # noqa: E402
 from market import prices  # noqa: E402
 from market.models import Lease, LeaseEvent  # noqa: E402
 from pool import services as pool  # noqa: E402
-from scheduler import services as scheduler  # noqa: E402
+from scheduler import placing as scheduler  # noqa: E402
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ migrates it, registers a verified provider with a 2-tier fat-tree (16 nodes of 8
 prices every GPU, and gives one tenant `--leases` on-demand leases of 2 GPUs, each required in
 one leaf, two a node (so every leaf has room for replacements); they are bound and activated
 as the scheduler does. Then one GPU of every lease fails, and one pass of
-`scheduler.remediation.remediate_leases` is timed (the beat runs it every 15 s), with its
+`scheduler.moves.remediation.remediate_leases` is timed (the beat runs it every 15 s), with its
 query count. Prints moved / degraded counts.
 """
 
@@ -75,8 +75,8 @@ def run(args):
     from market.models import Allocation, Lease, Order
     from pool import services as pool
     from pool.models import Binding, Gpu, Node
-    from scheduler import remediation
-    from scheduler import services as scheduler
+    from scheduler import placing as scheduler
+    from scheduler.moves import remediation
 
     started = time.perf_counter()
     call_command("migrate", verbosity=0)

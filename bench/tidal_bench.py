@@ -43,7 +43,7 @@ from market.models import Lease, Order  # noqa: E402
 from pool import quotas  # noqa: E402
 from pool import services as pool_services  # noqa: E402
 from pool.models import Gpu, Node, Pool, TidalRun, TidalStep  # noqa: E402
-from scheduler import quota_admission, tidal  # noqa: E402
+from scheduler.pools import admission, tides  # noqa: E402
 
 H100 = "H100-80GB"
 
@@ -85,20 +85,20 @@ def main():
     for queue, nominal in (("training", big), ("inference", small)):
         for _ in range(nominal // 8):
             order(company, pool, queue)
-    quota_admission.admit_pool(pool_id=pool.pk)
+    admission.admit_pool(pool_id=pool.pk)
     for lease in Lease.objects.filter(quota_node__pool=pool, state="pending"):
         lease = leasing.change_lease_state(lease=lease, to_state="placing", actor="bench",
                                            reason="bench")
         leasing.change_lease_state(lease=lease, to_state="active", actor="bench",
                                    reason="bench")
     waiting = [order(company, pool, "inference") for _ in range((big - small) // 8)]
-    quota_admission.admit_pool(pool_id=pool.pk)
+    admission.admit_pool(pool_id=pool.pk)
     print(f"night: {Lease.objects.filter(quota_node__pool=pool, state='active').count()} "
           f"active leases on {total} GPUs, {len(waiting)} inference orders queued", flush=True)
 
     TidalStep.objects.filter(pool=pool).update(at=timezone.now())
     started = time.perf_counter()
-    runs = tidal.apply_due_steps()
+    runs = tides.apply_due_steps()
     applied = time.perf_counter() - started
     run = runs[0]
     scheduling = applied
@@ -107,7 +107,7 @@ def main():
         time.sleep(1)
         tick = time.perf_counter()
         auctions.end_preempted_leases()
-        quota_admission.admit_pool(pool_id=pool.pk)
+        admission.admit_pool(pool_id=pool.pk)
         scheduling += time.perf_counter() - tick
         passes += 1
         run = TidalRun.objects.get(pk=run.pk)

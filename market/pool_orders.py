@@ -2,7 +2,7 @@
 
 An order that names a private pool goes to one of the tenant's quota queues there (a leaf
 `pool.QuotaNode` whose organisation is the tenant). It holds no money: it is *queued* until the
-scheduler's admission pass (`scheduler.quota_admission`) admits it under the pool's quotas and
+scheduler's admission pass (`scheduler.pools.admission`) admits it under the pool's quotas and
 places it; then it is filled by a lease that carries its queue and priority. What a lease
 used is accounted in GPU-hours through the same ledger (`market.ledger`): one balanced
 transaction per ended lease, in the currency `gph` (micro-GPU-hours), from the pool owner's

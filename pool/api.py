@@ -16,8 +16,8 @@ from ibex.accounts.models import Organization
 from ibex.accounts.permissions import ReadOrProvide, organization_of
 from ibex.api.errors import ApiError
 from ibex.api.throttles import HeartbeatThrottle
-from pool import quota as core
 from pool import quotas, services
+from pool.core import quotas as core
 from pool.models import Gpu, GpuModel, Node, Pool, PriorityClass, TidalRun
 
 MAX_BULK_NODES = 1000

@@ -205,7 +205,7 @@ class Pool(models.Model):
 
 
 class QuotaNode(models.Model):
-    """A node of a pool's quota tree (`pool.quota.QuotaNode`): a queue (leaf) or a group.
+    """A node of a pool's quota tree (`pool.core.quotas.QuotaNode`): a queue (leaf) or a group.
 
     `cohort` is the core's shorthand for a plain parent shared by the nodes naming it; a node
     names a parent or a cohort, not both. `organization`: whose orders count against it.
@@ -275,7 +275,7 @@ class PriorityClass(models.Model):
 
 
 class Quota(models.Model):
-    """A quota node's GPUs of one model (`pool.quota.ModelQuota`); null limits: no limit."""
+    """A quota node's GPUs of one model (`pool.core.quotas.ModelQuota`); null limits: no limit."""
 
     node = models.ForeignKey(QuotaNode, on_delete=models.CASCADE, related_name="quotas")
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="quotas")

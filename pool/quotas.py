@@ -1,5 +1,5 @@
 """Quotas in the database: define quota nodes and their per-model quotas, build the pure
-`pool.quota.QuotaTree` of a pool, and read what the API shows (capacity, quotas when idle).
+`pool.core.quotas.QuotaTree` of a pool, and read what the API shows (capacity, quotas when idle).
 
 Every change to quotas goes through `define_quota_node` and `set_quota` (one transaction
 each). Per-queue usage comes from the market's active leases: the market passes it as plain
@@ -17,7 +17,7 @@ from django.db.models import Q
 
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
-from pool import quota as core
+from pool.core import quotas as core
 from pool.models import Binding, Gpu, GpuModel, Node, Pool, PriorityClass, Quota, QuotaNode
 
 

@@ -285,7 +285,7 @@ def drain_node(*, node: Node, actor: str, mode: str = Node.DrainMode.RUN_TO_END,
                reason: str = "drained") -> Node:
     """Take no new leases. `move`: the scheduler moves the leases off at its next pass (those
     whose tenant allowed moves); `run_to_end`: they finish here. Either way the scheduler takes
-    the node offline once nothing runs on it (`scheduler.drain`)."""
+    the node offline once nothing runs on it (`scheduler.moves.drain`)."""
     if mode not in Node.DrainMode.values:
         raise NodeTransitionError(f"unknown drain mode {mode!r}")
     locked = change_node_state(node=node, to_state=S.DRAINING, actor=actor,
@@ -604,7 +604,7 @@ def _fresh_since(now: datetime):
 def ensure_gpu_catalogue() -> None:
     """Insert any missing catalogue GPU models (the migration seeds them; tests that flush the
     database, and the demo, call this)."""
-    from pool.catalogue import GPU_MODELS
+    from pool.core.catalogue import GPU_MODELS
 
     existing = set(GpuModel.objects.values_list("name", flat=True))
     GpuModel.objects.bulk_create([GpuModel(**row) for row in GPU_MODELS

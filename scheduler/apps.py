@@ -12,6 +12,6 @@ class SchedulerConfig(AppConfig):
         register_make_placer(IndexPlacer)
         # The last heartbeat acknowledging a lease's binding activates it at once.
         from pool.services import on_bindings_acknowledged
-        from scheduler.services import activate_on_acknowledgement
+        from scheduler.placing import activate_on_acknowledgement
 
         on_bindings_acknowledged(activate_on_acknowledgement)

@@ -72,7 +72,7 @@ class SlaCredit(models.Model):
 
 
 class DefragRun(models.Model):
-    """One defragmentation pass (`scheduler/defrag.py`): the free whole leaves and nodes before
+    """One defragmentation pass (`scheduler/moves/defrag.py`): the free whole leaves and nodes before
     and after it, and what it moved. Written once, at the end of the pass."""
 
     started_at = models.DateTimeField()

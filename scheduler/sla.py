@@ -38,7 +38,7 @@ from notify import events
 from notify.models import Event
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
-from scheduler import sla_measure as measure_core
+from scheduler.core import sla as measure_core
 from scheduler.models import LeaseSla, SlaCredit
 
 log = logging.getLogger(__name__)

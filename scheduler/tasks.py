@@ -1,8 +1,14 @@
+"""The scheduler's Celery tasks: thin wrappers over the rooms, which hold the logic. The task
+names are the wire contract with the beat and with queued messages. The rooms never import
+this module: what they must queue goes through the outbox by task name."""
+
 from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from scheduler import services
+from scheduler import placing, sla
+from scheduler.moves import defrag, drain, remediation
+from scheduler.pools import admission, tides
 
 
 @shared_task(name="scheduler.place_lease", bind=True, acks_late=True, reject_on_worker_lost=True,
@@ -13,12 +19,12 @@ def place_lease(self, lease_id: int) -> str:
     # worker killed mid-task leaves nothing half-done and the message to the next worker.
     # Routed to its fabric's partition queue (scheduler/routing.py).
     attempt = self.request.retries + 1
-    if not services.lease_exists(lease_id=lease_id):
+    if not placing.lease_exists(lease_id=lease_id):
         return "no such lease"
     try:
-        lease = services.place_lease(lease_id=lease_id,
+        lease = placing.place_lease(lease_id=lease_id,
                                      final=attempt >= settings.PLACEMENT_ATTEMPTS)
-    except services.NoPlacement as exc:
+    except placing.NoPlacement as exc:
         countdown = min(settings.PLACEMENT_BACKOFF_BASE_S * 2 ** (attempt - 1),
                         settings.PLACEMENT_BACKOFF_CAP_S)
         raise self.retry(countdown=countdown, max_retries=settings.PLACEMENT_ATTEMPTS,
@@ -28,13 +34,13 @@ def place_lease(self, lease_id: int) -> str:
 
 @shared_task(name="scheduler.activate_acknowledged_leases")
 def activate_acknowledged_leases() -> list[int]:
-    return services.activate_acknowledged_leases()
+    return placing.activate_acknowledged_leases()
 
 
 @shared_task(name="scheduler.requeue_unplaced_leases")
 def requeue_unplaced_leases() -> list[int]:
     """Queue placement again for leases whose message was lost (beat: every 30 s)."""
-    lease_ids = services.requeue_unplaced_leases()
+    lease_ids = placing.requeue_unplaced_leases()
     for lease_id in lease_ids:
         place_lease.delay(lease_id)
     return lease_ids
@@ -43,12 +49,12 @@ def requeue_unplaced_leases() -> list[int]:
 @shared_task(name="scheduler.replace_unacknowledged_leases")
 def replace_unacknowledged_leases() -> list[int]:
     """Place again leases a silent node did not acknowledge (beat: every 10 s)."""
-    return services.replace_unacknowledged_leases()
+    return placing.replace_unacknowledged_leases()
 
 
 @shared_task(name="scheduler.fail_stuck_leases")
 def fail_stuck_leases() -> list[int]:
-    return services.fail_stuck_leases()
+    return placing.fail_stuck_leases()
 
 
 # --- SLAs and remediation (tenant events and webhooks: notify/tasks.py) -----------------------
@@ -57,15 +63,11 @@ def fail_stuck_leases() -> list[int]:
 @shared_task(name="scheduler.evaluate_slas")
 def evaluate_slas() -> list[int]:
     """Measure active and recently ended leases and credit breaches (beat: every 60 s)."""
-    from scheduler import sla
-
     return sla.evaluate_slas()
 
 
 @shared_task(name="scheduler.remediate_leases")
 def remediate_leases() -> dict:
-    from scheduler import remediation
-
     return {str(k): v for k, v in remediation.remediate_leases().items()}
 
 
@@ -75,42 +77,30 @@ def remediate_leases() -> dict:
 @shared_task(name="scheduler.admit_pool", acks_late=True)
 def admit_pool(pool_id: int) -> list[int]:
     """One admission pass over a private pool (queued when an order arrives)."""
-    from scheduler import quota_admission
-
-    return quota_admission.admit_pool(pool_id=pool_id).admitted
+    return admission.admit_pool(pool_id=pool_id).admitted
 
 
 @shared_task(name="scheduler.admit_pools")
 def admit_pools() -> dict[str, int]:
     """Every private pool's admission pass (beat: every 10 s)."""
-    from scheduler import quota_admission
-
-    return quota_admission.admit_all_pools()
+    return admission.admit_all_pools()
 
 
 @shared_task(name="scheduler.apply_tidal_steps")
 def apply_tidal_steps() -> list[int]:
     """Apply the tidal schedule steps that are due (beat: every 30 s)."""
-    from scheduler import tidal
-
-    return [run.pk for run in tidal.apply_due_steps()]
+    return [run.pk for run in tides.apply_due_steps()]
 
 
 @shared_task(name="scheduler.drain_nodes")
 def drain_nodes() -> dict:
     """Move leases off nodes drained in `move` mode; empty draining nodes go offline."""
-    from scheduler import drain
-
     return drain.drain_nodes()
 
 
 @shared_task(name="scheduler.defragment")
 def defragment() -> dict:
     """Move consenting spot leases so that whole free leaves and nodes form again."""
-    from django.conf import settings
-
-    from scheduler import defrag
-
     run = defrag.defragment(max_moves=settings.DEFRAG_MAX_MOVES)
     return {"run": run.pk, "moves": run.moves_applied,
             "whole_free_leaves": [run.whole_free_leaves_before, run.whole_free_leaves_after],

@@ -25,6 +25,7 @@ from market.models import Allocation, Clearing
 from notify.models import WebhookDelivery
 from pool.models import Gpu, Node
 from scheduler.models import SlaCredit
+from scheduler.core.placement.defrag import whole_free_leaves
 
 IN_SERVICE = (Node.State.ACTIVE, Node.State.DRAINING)
 WORKERS_CACHE_KEY = "web:ops:workers"
@@ -81,6 +82,10 @@ class NodeFree:
     leased: int
     usable: bool  # in service (active, reachable) with every GPU healthy
 
+    @property
+    def whole_free(self) -> bool:
+        return self.usable and self.leased == 0
+
 
 @dataclass
 class FabricFragmentation:
@@ -108,20 +113,17 @@ def fragmentation(nodes: list[NodeFree]) -> list[FabricFragmentation]:
     """Per fabric: free GPUs, whole free nodes (usable, nothing leased) and whole free leaves
     (every node under the leaf whole free). Pure: plain rows in, plain rows out."""
     fabrics: dict[str, FabricFragmentation] = {}
-    leaf_free: dict[tuple[str, str], bool] = {}
     for node in nodes:
         row = fabrics.setdefault(node.fabric, FabricFragmentation(node.fabric))
         row.nodes += 1
         row.gpus += node.gpus
-        whole_free = node.usable and node.leased == 0
         if node.usable:
             row.free_gpus += max(0, node.gpus - node.leased)
-        if whole_free:
+        if node.whole_free:
             row.whole_free_nodes += 1
             row.gpus_in_whole_free_nodes += node.gpus
-        key = (node.fabric, node.leaf)
-        leaf_free[key] = leaf_free.get(key, True) and whole_free
-    for (fabric, _leaf), free in leaf_free.items():
+    leaves = whole_free_leaves(((node.fabric, node.leaf), node.whole_free) for node in nodes)
+    for (fabric, _leaf), free in leaves.items():
         fabrics[fabric].leaves += 1
         fabrics[fabric].whole_free_leaves += int(free)
     return [fabrics[name] for name in sorted(fabrics)]

@@ -2,7 +2,7 @@ from django.db import migrations
 
 
 def seed(apps, schema_editor):
-    from pool.catalogue import GPU_MODELS
+    from pool.core.catalogue import GPU_MODELS
 
     GpuModel = apps.get_model("pool", "GpuModel")
     for row in GPU_MODELS:

@@ -6,8 +6,8 @@
         --gpu-model V100-32GB --out QUOTAS.csv
 
 QUOTAS.csv has exactly the columns `tenant,gpu_model,nominal,borrowing_limit,lending_limit,
-priority` (empty limits: none). Every tenant is a queue of one cohort (`pool.quota`): at each
-instant the pure admission (`pool.quota.admit`: priority, FIFO within a priority, queues
+priority` (empty limits: none). Every tenant is a queue of one cohort (`pool.core.quotas`): at each
+instant the pure admission (`pool.core.quotas.admit`: priority, FIFO within a priority, queues
 within their nominal first, borrowers by dominant share) decides which waiting jobs may
 start, and the placement policy places them on the cluster; an admitted job that does not
 fit yet waits for the next instant. Nothing is preempted (the trace's jobs run to the end).
@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pool import quota as core
+from pool.core import quotas as core
 from scheduler.simulate.cluster import Cluster
 from scheduler.simulate.csvread import read_rows
 from scheduler.simulate.errors import InputError

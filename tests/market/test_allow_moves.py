@@ -1,5 +1,5 @@
 from market.models import Lease
-from tests.scheduler.test_remediation import setup_market
+from tests.scheduler.moves.test_remediation import setup_market
 
 ORDER = {"gpu_models": ["H100-80GB"], "gpus": 8, "hours": 2, "max_price_per_gpu_hour": "3.00"}
 

@@ -176,7 +176,7 @@ def test_a_won_spot_lease_is_queued_for_placement_at_once(market):
 
 
 def test_a_reserved_lease_for_a_later_start_waits_unfailed_and_is_queued_when_it_starts(market):
-    from scheduler import services as scheduler
+    from scheduler import placing as scheduler
 
     soon = timezone.now() + timedelta(minutes=30)
     reserved = bid(funded_tenant("plan-ai"), 8, 3_000_000, tier="reserved", start_earliest=soon,

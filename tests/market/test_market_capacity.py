@@ -4,7 +4,7 @@ price, are neither offered nor free on `/` and `/api/v1/markets/`."""
 from market import prices
 from pool.models import Node
 from tests.market.inventory import provider_with_nodes
-from tests.scheduler.pools import private_pool
+from tests.scheduler.pools.builders import private_pool
 
 
 def h100(client):

@@ -8,7 +8,7 @@ from billing.models import Hold
 from market import prices
 from market.models import Allocation, Lease, Order
 from pool.models import Node
-from scheduler import services as scheduler
+from scheduler import placing as scheduler
 from tests.factories import client_for, make_org
 from tests.market.inventory import gpus_of, provider_with_nodes
 

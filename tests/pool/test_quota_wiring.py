@@ -6,8 +6,8 @@ import pytest
 from django.db import transaction
 from hypothesis import strategies as st
 
-from pool import quota as core
 from pool import quotas, services
+from pool.core import quotas as core
 from pool.models import Node, Pool, Quota, QuotaNode
 from tests.factories import client_for, make_org
 from tests.pool.conftest import node_body

@@ -92,7 +92,7 @@ def invariants(fake) -> dict:
     from billing import ledger
     from billing.models import Payout
     from market.models import Lease
-    from scheduler import services as scheduler
+    from scheduler import placing as scheduler
 
     with connection.cursor() as cursor:
         cursor.execute("""

@@ -26,9 +26,10 @@ def queue():
 def workers():
     started: list[subprocess.Popen] = []
 
-    def start(queue: str, name: str, **env: str) -> subprocess.Popen:
+    def start(queue: str, name: str, module: str = "celery", **env: str) -> subprocess.Popen:
+        """`module`: what `python -m` runs, the plain Celery command or a test's own worker."""
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "ibex", "worker", "--pool", "solo",
+            [sys.executable, "-m", module, "-A", "ibex", "worker", "--pool", "solo",
              "--queues", ",".join(worker_queues(queue)), "--hostname", f"{name}@%h",
              "--loglevel", "warning", "--without-mingle", "--without-gossip"],
             cwd=BASE_DIR, env=child_env(CELERY_QUEUE=queue, **env))

@@ -9,7 +9,7 @@ from billing import services as money
 from market import leasing, metering, orders, prices
 from market.models import Allocation, Lease, LeaseEvent
 from pool.models import Binding, Gpu, HealthEvent, Node
-from scheduler import services as scheduler
+from scheduler import placing as scheduler
 from tests.factories import make_org
 from tests.market.inventory import gpus_of, provider_with_nodes
 

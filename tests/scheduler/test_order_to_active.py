@@ -13,7 +13,7 @@ from ibex.accounts import services as accounts
 from market import prices
 from market.models import Lease
 from pool.models import Node
-from scheduler import services as scheduler
+from scheduler import placing as scheduler
 from tests.market.inventory import provider_with_nodes
 
 DEADLINE_S = 60

@@ -10,8 +10,8 @@ from market.models import Allocation, Lease
 from market.orders import FoundGpus, FreeGpu
 from pool import services as pool
 from pool.models import Binding, Gpu, Node
+from scheduler import placing as scheduler
 from scheduler import routing, tasks
-from scheduler import services as scheduler
 from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
 

@@ -2,7 +2,7 @@
 
 Real parts: PostgreSQL, Redis, real `celery worker` processes on a queue of their own (and its
 placement partitions). A worker is SIGKILLed while it sits inside the placement transaction
-(after every write, before the commit: `IBEX_TEST_PAUSE_IN_PLACEMENT_S`); PostgreSQL rolls the
+(after every write, before the commit: `tests/scheduler/paused_worker.py`); PostgreSQL rolls the
 transaction back, and the broker delivers the unacknowledged message again to the next worker
 (`CELERY_VISIBILITY_TIMEOUT_S` and `CELERY_RESTORE_INTERVAL_S` are short for it), which places the lease.
 """
@@ -80,7 +80,7 @@ def assert_placed_once(lease: Lease) -> None:
 def test_a_worker_killed_mid_placement_leaves_nothing_and_the_next_one_places_once(
         queue, workers):
     pool.ensure_gpu_catalogue()
-    doomed = workers(queue, f"{queue}-doomed", IBEX_TEST_PAUSE_IN_PLACEMENT_S="120")
+    doomed = workers(queue, f"{queue}-doomed", module="tests.scheduler.paused_worker")
     lease = an_order_filled()
     wait_for(lambda: lease_row_locked(lease), "the worker to sit inside the placement")
 

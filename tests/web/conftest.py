@@ -73,7 +73,7 @@ def campus_pool(db, tenant):
     a physics group's `physics` (8), both in cohort `uni`, and a daily tidal step."""
     from pool.models import Pool, TidalStep
     from tests.factories import make_org
-    from tests.scheduler.pools import queue
+    from tests.scheduler.pools.builders import queue
 
     owner = provider_with_nodes(slug="campus-hpc", nodes=2, fabric="campus-fabric")
     Node.objects.filter(provider=owner).update(state="active")

@@ -168,7 +168,7 @@ def test_a_lease_shows_whether_its_tenant_allows_planned_moves(tenant_web, tenan
 
 
 def test_a_pool_lease_names_its_queue(tenant_web, tenant, campus_pool):
-    from tests.scheduler.pools import run
+    from tests.scheduler.pools.builders import run
 
     lease, = run(tenant, campus_pool, 8)
 

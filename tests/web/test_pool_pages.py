@@ -5,7 +5,7 @@ import re
 
 from market.models import Order
 from pool.models import TidalRun, TidalStep
-from tests.scheduler.pools import admit, order, run
+from tests.scheduler.pools.builders import admit, order, run
 from tests.web.conftest import person
 
 

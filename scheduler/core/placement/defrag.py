@@ -1,7 +1,7 @@
 """Defragmentation: propose moves of movable leases so that whole free nodes and leaves form.
 
 Pure Python over plain data (no Django), so it is tested on hand-built layouts and the Celery
-task (`scheduler/defrag.py`) only builds the snapshot and applies the moves.
+task (`scheduler/moves/defrag.py`) only builds the snapshot and applies the moves.
 
     plan_defrag(nodes: [NodeView], leases: [LeaseView], max_moves=20) -> Plan(moves, before, after)
 
@@ -25,6 +25,7 @@ moves at most once per plan, and a plan makes at most `max_moves` moves.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 
@@ -106,7 +107,8 @@ class _Pool:
         return self.free[node] == self.size[node]
 
     def counts(self) -> Counts:
-        return Counts(whole_free_leaves=sum(1 for v in self.leaf_partial.values() if v == 0),
+        leaves = whole_free_leaves((n.leaf, self._whole(name)) for name, n in self.nodes.items())
+        return Counts(whole_free_leaves=sum(leaves.values()),
                       whole_free_nodes=sum(1 for n in self.free if self._whole(n)),
                       free_gpus=sum(self.free.values()))
 
@@ -234,6 +236,15 @@ def plan_defrag(nodes: list[NodeView], leases: list[LeaseView], max_moves: int =
             moved.add(lease.id)
             progress = True
     return Plan(moves=tuple(moves), before=before, after=pool.counts())
+
+
+def whole_free_leaves(nodes: Iterable[tuple[Hashable, bool]]) -> dict[Hashable, bool]:
+    """Each leaf → whether it is whole free, that is every node on it is; `nodes` gives each
+    node's (leaf, whole free). The operations page counts them the same way."""
+    leaves: dict[Hashable, bool] = {}
+    for leaf, whole in nodes:
+        leaves[leaf] = leaves.get(leaf, True) and whole
+    return leaves
 
 
 def whole_free_counts(nodes: list[NodeView], leases: list[LeaseView]) -> Counts:

@@ -9,7 +9,7 @@ from ibex.accounts.models import Organization
 from pool.models import Node, Pool
 from tests.factories import make_org
 from tests.market.inventory import provider_with_nodes
-from tests.scheduler.pools import admit, order, queue, run
+from tests.scheduler.pools.builders import admit, order, queue, run
 from tests.web.conftest import PASSWORD, person
 
 pytestmark = pytest.mark.django_db(transaction=True)

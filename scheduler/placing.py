@@ -1,5 +1,6 @@
-"""The scheduler's business actions: place a won lease on its nodes, and activate it once
-every node's agent has acknowledged it through its heartbeat.
+"""Placing leases: place a won lease on its nodes, activate it once every node's agent has
+acknowledged it through its heartbeat, and sweep placements that stalled (queue them again,
+place them again off a silent node, or fail them at the timeout).
 
 Placement (`place_lease`) runs in one transaction under the lease's row lock, so a worker
 killed anywhere in it leaves nothing half-done and the next delivery starts afresh:
@@ -23,8 +24,6 @@ never became active costs nothing).
 
 from __future__ import annotations
 
-import os
-import time
 from collections import defaultdict
 from datetime import datetime, timedelta
 
@@ -38,15 +37,13 @@ from ibex.references import lease_id_of
 from market import leasing, pool_orders
 from market.models import Allocation, Lease, Order
 from market.orders import FoundGpus, FreeGpu, find_gpus
-from pool import quota as quota_core
 from pool import services as pool
+from pool.core import quotas as quota_core
 from pool.models import Binding, Node
-from scheduler import quota_admission
+from scheduler.pools import admission
+from scheduler.pools.running import running_of
 
 REPLACEMENT_RACES = 3
-# Test-only: seconds to sleep inside the placement transaction, after every write and before
-# the commit, so that a test can kill the worker there (tests/scheduler/test_place_lease_crash).
-PAUSE_ENV = "IBEX_TEST_PAUSE_IN_PLACEMENT_S"
 
 
 class NoPlacement(Exception):
@@ -87,9 +84,6 @@ def place_lease(*, lease_id: int, final: bool = True) -> Lease:
             indexes[node_id].append(index)
         for node in Node.objects.filter(pk__in=list(indexes)).order_by("pk"):
             pool.bind_lease(node=node, lease_ref=lease.reference, gpu_indexes=indexes[node.pk])
-        pause = float(os.environ.get(PAUSE_ENV) or 0)
-        if pause:
-            time.sleep(pause)
         return lease
 
 
@@ -129,10 +123,10 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
 def _find_in_pool(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
     """A private-pool lease is re-placed on its own pool's free GPUs only (the market's
     `find_gpus` sells no private GPUs), keeping the other queues' shaped guarantees placeable
-    as the admission pass does (`scheduler.quota_admission.PoolPlacer`)."""
-    usage = quota_core.usage_of(quota_admission.running_of(pool_orders.pool_leases(order.pool)))
-    placer = quota_admission.PoolPlacer(order.pool, start, end,
-                                        quota_admission.shapes_of(order.pool, usage))
+    as the admission pass does (`scheduler.pools.admission.PoolPlacer`)."""
+    usage = quota_core.usage_of(running_of(pool_orders.pool_leases(order.pool)))
+    placer = admission.PoolPlacer(order.pool, start, end,
+                                  admission.shapes_of(order.pool, usage))
     chosen, why = placer.place(order)
     if chosen is None:
         return f"no room in pool {order.pool.name}: {why}"

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from scheduler import sla_measure as core
+from scheduler.core import sla as core
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
 LEAD = timedelta(seconds=45)

@@ -4,7 +4,7 @@ offline once nothing runs on it.
 A beat (`scheduler.drain_nodes`, every 15 s) is the "next safe point": on each pass every
 active lease on a node draining in `move` mode whose tenant allowed moves
 (`Lease.allow_moves`) is moved, GPU for GPU, onto free GPUs inside the domain its topology
-constraint promised (the same search as remediation, `scheduler.remediation.move_off`). With
+constraint promised (the same search as remediation, `one_lease.move_off`). With
 no replacement the lease stays and the next pass tries again. A lease that did not allow moves,
 and every lease on a node draining in `run_to_end` mode, finishes where it is. Either way no new
 lease comes to a draining node (only active nodes' GPUs are offered).
@@ -27,8 +27,8 @@ from market.leasing import ENDED
 from market.models import Allocation, Lease
 from pool import services as pool
 from pool.models import Binding, Node
-from scheduler.remediation import held_now, lock_active, move_off
-from scheduler.replacement import FreeIndex
+from scheduler.moves.free_gpus import FreeIndex
+from scheduler.moves.one_lease import held_now, lock_active, move_off
 
 DRAINED_REASON = "node drained"
 

@@ -5,8 +5,8 @@ from django.db import connection
 from django.utils import timezone
 
 from market.models import Allocation, LeaseEvent
-from scheduler import remediation
-from tests.scheduler.test_remediation import active_lease, fail_all, setup_market
+from scheduler.moves import remediation
+from tests.scheduler.moves.test_remediation import active_lease, fail_all, setup_market
 
 
 @pytest.mark.django_db(transaction=True)

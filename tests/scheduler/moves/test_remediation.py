@@ -5,8 +5,8 @@ from market import prices
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
 from pool.models import Binding, Gpu, Node
-from scheduler import remediation
-from scheduler import services as scheduler
+from scheduler import placing as scheduler
+from scheduler.moves import remediation
 from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
 
@@ -126,7 +126,7 @@ def test_a_replacement_taken_after_the_index_was_built_gives_way_to_the_next_fre
     from datetime import timedelta
 
     from market import leasing
-    from scheduler.replacement import FreeIndex
+    from scheduler.moves.free_gpus import FreeIndex
 
     client = setup_market()
     lease = active_lease(client)

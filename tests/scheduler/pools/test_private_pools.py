@@ -17,12 +17,13 @@ from market import auctions, leasing, prices
 from market.models import Allocation, Lease, Order
 from pool import quotas
 from pool.models import Binding, Gpu, Node, Pool
-from scheduler import remediation, tasks
-from scheduler import services as scheduler
+from scheduler import placing as scheduler
+from scheduler import tasks
+from scheduler.moves import remediation
 from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
-from tests.scheduler.pools import H100, admit, order, private_pool, queue, run, states
-from tests.scheduler.test_remediation import active_lease, fail
+from tests.scheduler.moves.test_remediation import active_lease, fail
+from tests.scheduler.pools.builders import H100, admit, order, private_pool, queue, run, states
 
 
 @pytest.fixture
@@ -443,7 +444,7 @@ def test_a_market_lease_never_takes_a_private_pools_gpus_even_priced(db):
 
 
 def test_defragmentation_never_plans_a_move_onto_a_private_pools_gpus(campus):
-    from scheduler.defrag import snapshot
+    from scheduler.moves.defrag import snapshot
 
     prices.set_prices(provider=Node.objects.filter(pools=campus).first().provider,
                       scope={"fabric": "lab"}, price_micros=1_000_000, actor="t")

@@ -8,7 +8,7 @@ from pool import services as pool
 from pool.models import Node
 from scheduler import tasks
 from scheduler.models import DefragRun
-from tests.scheduler.test_defrag import layout, running_lease
+from tests.scheduler.moves.test_defrag import layout, running_lease
 
 
 def nodes_of(lease) -> set[int]:

@@ -1,4 +1,4 @@
-"""Properties of the pure quota core (pool/quota.py), checked with Hypothesis."""
+"""Properties of the pure quota core (pool/core/quotas.py), checked with Hypothesis."""
 
 import itertools
 import random
@@ -6,7 +6,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pool.quota import (
+from pool.core.quotas import (
     ModelQuota,
     QuotaNode,
     QuotaTree,

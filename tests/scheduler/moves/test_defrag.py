@@ -5,11 +5,11 @@ from django.utils import timezone
 from market import leasing
 from market.models import Allocation, LeaseEvent
 from pool.models import Binding, Gpu, Node
-from scheduler import defrag
-from scheduler import services as scheduler
+from scheduler import placing as scheduler
 from scheduler.models import DefragRun
+from scheduler.moves import defrag
 from tests.factories import make_org
-from tests.scheduler.test_remediation import setup_market
+from tests.scheduler.moves.test_remediation import setup_market
 
 PRICE = 2_000_000
 

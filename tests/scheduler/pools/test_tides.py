@@ -9,9 +9,10 @@ from django.conf import settings
 
 from market import auctions
 from pool.models import Quota, TidalRun, TidalStep
-from scheduler import tasks, tidal
+from scheduler import tasks
+from scheduler.pools import tides
 from tests.factories import client_for, make_org
-from tests.scheduler.pools import H100, admit, order, private_pool, queue, run, states
+from tests.scheduler.pools.builders import H100, admit, order, private_pool, queue, run, states
 
 
 @pytest.fixture
@@ -41,8 +42,8 @@ def test_the_step_due_last_is_the_one_applied():
     step_day = TidalStep(name="day", daily_at=time(8, 0))
     morning = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
 
-    assert tidal.due_at(step_day, morning) == datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
-    assert tidal.due_at(step_day, morning.replace(hour=7)) == datetime(2026, 3, 1, 8, 0,
+    assert tides.due_at(step_day, morning) == datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+    assert tides.due_at(step_day, morning.replace(hour=7)) == datetime(2026, 3, 1, 8, 0,
                                                                        tzinfo=UTC)
 
 
@@ -50,7 +51,7 @@ def test_a_tidal_switch_gives_notice_to_exactly_what_must_give_way(shop, company
                                                                    time_machine):
     night = datetime(2026, 3, 1, 21, 0, tzinfo=UTC)
     time_machine.move_to(night, tick=False)  # the leases start at night too
-    tidal.apply_due_steps(now=night)  # night split: training 24
+    tides.apply_due_steps(now=night)  # night split: training 24
     training = run(company, shop, 8, 8, 8, queue_name="training")
     serving = order(company, shop, 16, queue_name="inference")
     admit(shop)
@@ -59,8 +60,8 @@ def test_a_tidal_switch_gives_notice_to_exactly_what_must_give_way(shop, company
 
     morning = night + timedelta(hours=11)  # 08:00 passed: the day step is due
     time_machine.move_to(morning, tick=False)
-    runs = tidal.apply_due_steps(now=morning)
-    again = tidal.apply_due_steps(now=morning + timedelta(seconds=30))
+    runs = tides.apply_due_steps(now=morning)
+    again = tides.apply_due_steps(now=morning + timedelta(seconds=30))
 
     assert [r.step.name for r in runs] == ["day"] and again == []
     day = runs[0]
@@ -122,7 +123,7 @@ def test_beats_racing_apply_a_due_step_once():
     def beat():
         barrier.wait()
         try:
-            applied.extend(tidal.apply_due_steps())
+            applied.extend(tides.apply_due_steps())
         except Exception as exc:  # any failure fails the test below
             failures.append(exc)
         finally:

@@ -6,8 +6,8 @@ from notify import events
 from notify.models import Event
 from pool import services as pool
 from pool.models import Binding, Node
-from scheduler import drain
-from tests.scheduler.test_remediation import active_lease, current_hosts, setup_market
+from scheduler.moves import drain
+from tests.scheduler.moves.test_remediation import active_lease, current_hosts, setup_market
 
 
 def nodes_of(lease) -> set[int]:

@@ -1,8 +1,8 @@
-"""Hand-worked scenarios for the pure quota core (pool/quota.py); no database needed."""
+"""Hand-worked scenarios for the pure quota core (pool/core/quotas.py); no database needed."""
 
 import pytest
 
-from pool.quota import (
+from pool.core.quotas import (
     ModelQuota,
     QuotaError,
     QuotaNode,

@@ -11,7 +11,7 @@ from market import leasing, orders
 from market.models import Lease, Order
 from pool import quotas
 from pool.models import Node, Pool
-from scheduler import quota_admission
+from scheduler.pools import admission
 from tests.factories import make_org
 from tests.market.inventory import provider_with_nodes
 
@@ -42,7 +42,7 @@ def order(org, pool, gpus, queue_name="", priority=0, hours=4, topology=None) ->
 
 
 def admit(pool, now=None):
-    return quota_admission.admit_pool(pool_id=pool.pk, now=now)
+    return admission.admit_pool(pool_id=pool.pk, now=now)
 
 
 def activate(lease: Lease) -> Lease:

@@ -31,7 +31,8 @@ from market.models import Allocation, GpuPrice, Lease
 from pool.models import Gpu, Node, Pool
 from scheduler.core.placement import defrag as core
 from scheduler.models import DefragRun
-from scheduler.remediation import lock_active, rebind
+from scheduler.core.placement import defrag as core
+from scheduler.moves.one_lease import lock_active, rebind
 
 log = logging.getLogger(__name__)
 REASON = "defragmentation"

@@ -3,16 +3,16 @@
 One pass per pool (`admit_pool`, run by a beat task and queued when an order arrives), under
 the pool's row lock so two passes never admit against the same usage:
 
-1. the pure admission (`pool.quota.admit`) over the queued orders: priority classes first,
+1. the pure admission (`pool.core.quotas.admit`) over the queued orders: priority classes first,
    FIFO within a priority, queues within their nominal before borrowers, borrowers by
    dominant share;
 2. each admitted order is placed on the pool's free GPUs with the placement engine (the path
    market orders take: `scheduler.placement`, a lease, `scheduler.place_lease` through the
    outbox). Other queues' shaped guarantees (`QuotaNode.shape_nodes`, whole nodes in one leaf)
-   are kept placeable: the whole nodes `pool.quota.reserve_cells` sets aside for them are
+   are kept placeable: the whole nodes `pool.core.quotas.reserve_cells` sets aside for them are
    excluded from the placement input;
 3. each order still waiting whose queue is within its nominal (or whose queue lets a higher
-   priority preempt its own lower priorities) reclaims: `pool.quota.reclaim` picks the
+   priority preempt its own lower priorities) reclaims: `pool.core.quotas.reclaim` picks the
    fewest leases (lowest priority, newest first) and they get the spot preemption notice;
 4. every order still waiting records its position in the pool's queue and the reason.
 """
@@ -30,11 +30,13 @@ from django.utils import timezone
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from market import leasing, pool_orders
 from market.models import Lease, Order
-from pool import quota as core
 from pool import quotas
+from pool.core import quotas as core
 from pool.models import Gpu, Pool, QuotaNode
 from pool.services import offered_gpus
 from scheduler.core.placement import Node, PlacementIndex, Request, Slice
+from scheduler.pools import tides
+from scheduler.pools.running import epoch, running_of
 
 OS = Order.State
 
@@ -55,21 +57,10 @@ class FreeNode:
     model: str
 
 
-def _epoch(moment: datetime) -> float:
-    return moment.timestamp()
-
-
-def running_of(leases) -> list[core.RunningLease]:
-    return [core.RunningLease(id=str(lease.pk), queue=lease.quota_node.name,
-                              model=lease.gpu_model, gpus=lease.gpu_count,
-                              priority=lease.priority,
-                              started_at=_epoch(lease.created_at)) for lease in leases]
-
-
 def workload_of(order: Order) -> core.Workload:
     return core.Workload(id=str(order.pk), queue=order.quota_node.name,
                          model=order.gpu_models[0], gpus=order.gpus, priority=order.priority,
-                         submitted_at=_epoch(order.created_at))
+                         submitted_at=epoch(order.created_at))
 
 
 def free_nodes(pool: Pool, start: datetime, end: datetime) -> dict[str, FreeNode]:
@@ -96,7 +87,7 @@ def _leaf(node: FreeNode) -> str:
 
 def reserved_nodes(nodes: dict[str, FreeNode], shapes: dict[str, int]) -> set[str]:
     """Whole free nodes set aside so that every shape (quota → whole nodes in one leaf) stays
-    placeable: HiveD's reserved cells, chosen by `pool.quota.reserve_cells`."""
+    placeable: HiveD's reserved cells, chosen by `pool.core.quotas.reserve_cells`."""
     if not shapes:
         return set()
     whole: dict[str, list[str]] = defaultdict(list)
@@ -178,9 +169,7 @@ def admit_pool(*, pool_id: int, now: datetime | None = None) -> PassReport:
                   .filter(pool=pool, state=OS.QUEUED).select_related("quota_node", "tenant")}
         if queued:
             _admit_and_place(pool, tree, usage, running, leases, queued, now, report)
-    from scheduler import tidal  # tidal imports this module
-
-    tidal.check_in_force(pool=pool, now=now)
+    tides.check_in_force(pool=pool, now=now)
     return report
 
 

@@ -10,8 +10,8 @@ import requests
 from ibex.accounts import services as accounts
 from market.models import Lease, Order
 from pool.models import Node
-from scheduler import services as scheduler
-from tests.scheduler.pools import private_pool, queue
+from scheduler import placing as scheduler
+from tests.scheduler.pools.builders import private_pool, queue
 from tests.scheduler.test_order_to_active import wait_for
 
 

@@ -6,18 +6,17 @@ domain its topology constraint promised (the leaf or spine its other GPUs share)
 lease there and tell the nodes through their bindings. With no replacement the lease stays
 where it is, `degraded` (an event), and the SLA credits cover the downtime.
 
-One pass builds one index of the free GPUs (`scheduler.replacement.FreeIndex`, one query) and
-takes every lease's replacements from it. Leases are handled fifty to a transaction: locked
+One pass builds one index of the free GPUs (`scheduler.moves.free_gpus.FreeIndex`, one
+query) and takes every lease's replacements from it. Leases are handled fifty to a transaction: locked
 together (skipping those another worker holds), moved with `market.leasing.move_many` and
 rebound with `pool.set_lease_bindings`, a few statements a chunk; if a replacement was taken
 meanwhile (the exclusion constraint refuses the chunk), that chunk is redone one lease at a
-time with `move_off`, which `scheduler.drain` uses too.
+time with `scheduler.moves.one_lease.move_off`, which draining uses too.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
@@ -28,61 +27,15 @@ from market import leasing
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
 from pool.models import Gpu, Node
-from scheduler.replacement import FreeIndex, Slot, domain_of
+from scheduler.moves.free_gpus import FreeIndex, Slot
+from scheduler.moves.one_lease import Held, choose, held_by, move_off
 
 CHUNK = 50
-
-
-@dataclass(frozen=True)
-class Held:
-    """One GPU a lease holds now, where it sits, and whether it is broken."""
-
-    gpu_id: int
-    node_id: int
-    index: int
-    fabric: str
-    spine: str
-    leaf: str
-    host: str
-    broken: bool
-
-    def domain(self, level: str | None):
-        return domain_of(level, self.fabric, self.spine, self.leaf, self.host)
 
 
 def _broken() -> Q:
     """An allocation whose GPU failed or whose node went silent."""
     return Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
-
-
-def held_by(lease_ids: list[int], now: datetime) -> dict[int, list[Held]]:
-    """The GPUs each lease holds at `now`, in one query (read it under the leases' locks, with
-    the time read after them)."""
-    rows = Allocation.objects.filter(lease_id__in=lease_ids, period__contains=now).values_list(
-        "lease_id", "gpu_id", "gpu__node_id", "gpu__index", "gpu__node__fabric__name",
-        "gpu__node__host__spine", "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health",
-        "gpu__node__health")
-    held: dict[int, list[Held]] = defaultdict(list)
-    for lease, gpu, node, index, fabric, spine, leaf, host, health, node_health in rows:
-        held[lease].append(Held(gpu, node, index, fabric, spine, leaf, host,
-                                health == Gpu.Health.FAILED
-                                or node_health == Node.Health.UNREACHABLE))
-    return held
-
-
-def held_now(lease: Lease, now: datetime) -> list[Held]:
-    return held_by([lease.pk], now)[lease.pk]
-
-
-def broken_gpus_of(lease: Lease, now: datetime) -> list[int]:
-    return [h.gpu_id for h in held_now(lease, now) if h.broken]
-
-
-def lock_active(lease_id: int) -> Lease | None:
-    """The active lease under its row lock (with its order), or None when another worker holds
-    it or it is no longer active."""
-    return (Lease.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("order").filter(pk=lease_id, state=Lease.State.ACTIVE).first())
 
 
 def remediate_leases(*, now: datetime | None = None) -> dict[int, str]:
@@ -121,7 +74,7 @@ def _remediate_chunk(chunk: list[int], index: FreeIndex) -> dict[int, str]:
         if not broken:
             outcome[lease.pk] = "moved"  # moved by an overlapping pass meanwhile
             continue
-        chosen = _choose(lease, held[lease.pk], broken, index)
+        chosen = choose(lease, held[lease.pk], broken, index)
         if chosen is None:
             stuck.append((lease, broken))
         else:
@@ -180,56 +133,3 @@ def _bindings_after(held: list[Held], leaving: set[int], chosen: list[Slot]
     for slot in chosen:
         wanted[slot.node_id].append(slot.index)
     return wanted
-
-
-def _single(domains: set):
-    return next(iter(domains)) if len(domains) == 1 else None
-
-
-def _choose(lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex
-            ) -> list[Slot] | None:
-    """Replacements for `leaving` inside the domain the lease's topology constraint promised."""
-    order = getattr(lease, "order", None)
-    topology = (order.topology if order else {}) or {}
-    level = topology.get("required") or topology.get("preferred")
-    staying = [h for h in held if h.gpu_id not in leaving]
-    return index.take(
-        gpu_model=lease.gpu_model, count=len(leaving), max_price=lease.max_price_micros,
-        ends_at=lease.ends_at, level=level, required=bool(topology.get("required")),
-        keep=_single({h.domain(level) for h in staying}) if staying else None,
-        prefer=_single({h.domain(level) for h in held}),
-        fabric=_single({h.fabric for h in staying}),
-        prefer_fabric=_single({h.fabric for h in held}),
-        pool=lease.quota_node.pool_id if lease.quota_node_id else None)
-
-
-def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,
-             reason: str) -> bool:
-    """Move one lease (locked by the caller) off the GPUs `leaving`, onto replacements from
-    the index inside the domain its topology constraint promised; rebind its nodes. False when
-    there is no replacement, or when one was taken meanwhile (the exclusion constraint said so)
-    even after reading the free GPUs again."""
-    for _attempt in range(2):
-        chosen = _choose(lease, held, leaving, index)
-        if chosen is None:
-            return False
-        try:
-            leasing.move_gpus(lease=lease, away_from=sorted(leaving), reason=reason,
-                              onto=[leasing.GpuChoice(s.gpu_id, s.price_micros) for s in chosen])
-        except leasing.GpusUnavailable:
-            index.refresh(timezone.now())  # stale: another worker took one; read again once
-            continue
-        rebind(lease)
-        return True
-    return False
-
-
-def rebind(lease: Lease) -> None:
-    """Bindings follow the allocations in force from the move on: nodes left are told to stop,
-    nodes whose GPUs changed are told the new ones."""
-    now = timezone.now()
-    wanted: dict[int, list[int]] = defaultdict(list)
-    for node_id, index in Allocation.objects.filter(lease=lease, period__contains=now).values_list(
-            "gpu__node_id", "gpu__index"):
-        wanted[node_id].append(index)
-    pool.set_lease_bindings(wanted={lease.reference: wanted})

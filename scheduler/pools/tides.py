@@ -4,7 +4,7 @@
 today or yesterday, or a one-off moment in the past) and applies it once (`TidalRun` is
 unique per step and due time): the named quota nodes get their new nominals, the leases of
 queues now above their new nominal give way with the spot preemption notice
-(`pool.quota.apply_schedule` + `give_way`: lowest priority, newest first, never more than
+(`pool.core.quotas.apply_schedule` + `give_way`: lowest priority, newest first, never more than
 needed), and an admission pass is queued. `check_in_force` (run after every admission pass)
 stamps `in_force_at` once the leases given notice have ended and no queued order that fits
 within its queue's new nominal is left waiting: how long the new split took to be in force.
@@ -21,10 +21,10 @@ from django.utils import timezone
 from ibex.outbox import services as outbox
 from market import leasing, pool_orders
 from market.models import Lease, Order
-from pool import quota as core
 from pool import quotas
+from pool.core import quotas as core
 from pool.models import Pool, Quota, TidalRun, TidalStep
-from scheduler.quota_admission import running_of
+from scheduler.pools.running import running_of
 
 
 def due_at(step: TidalStep, now: datetime) -> datetime | None:
