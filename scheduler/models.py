@@ -72,8 +72,8 @@ class SlaCredit(models.Model):
 
 
 class DefragRun(models.Model):
-    """One defragmentation pass (`scheduler/moves/defrag.py`): the free whole leaves and nodes before
-    and after it, and what it moved. Written once, at the end of the pass."""
+    """One defragmentation pass (`scheduler/moves/defrag.py`): the free whole leaves and nodes
+    before and after it, and what it moved. Written once, at the end of the pass."""
 
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()

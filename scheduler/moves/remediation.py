@@ -7,11 +7,12 @@ lease there and tell the nodes through their bindings. With no replacement the l
 where it is, `degraded` (an event), and the SLA credits cover the downtime.
 
 One pass builds one index of the free GPUs (`scheduler.moves.free_gpus.FreeIndex`, one
-query) and takes every lease's replacements from it. Leases are handled fifty to a transaction: locked
-together (skipping those another worker holds), moved with `market.leasing.move_many` and
-rebound with `pool.set_lease_bindings`, a few statements a chunk; if a replacement was taken
-meanwhile (the exclusion constraint refuses the chunk), that chunk is redone one lease at a
-time with `scheduler.moves.one_lease.move_off`, which draining uses too.
+query) and takes every lease's replacements from it. Leases are handled fifty to a
+transaction: locked together (skipping those another worker holds), moved with
+`market.leasing.move_many` and rebound with `pool.set_lease_bindings`, a few statements a
+chunk; if a replacement was taken meanwhile (the exclusion constraint refuses the chunk),
+that chunk is redone one lease at a time with `scheduler.moves.one_lease.move_off`, which
+draining uses too.
 """
 
 from __future__ import annotations
