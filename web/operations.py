@@ -24,8 +24,8 @@ from ibex.outbox.models import OutboxMessage
 from market.models import Allocation, Clearing
 from notify.models import WebhookDelivery
 from pool.models import Gpu, Node
-from scheduler.models import SlaCredit
 from scheduler.core.placement.defrag import whole_free_leaves
+from scheduler.models import SlaCredit
 
 IN_SERVICE = (Node.State.ACTIVE, Node.State.DRAINING)
 WORKERS_CACHE_KEY = "web:ops:workers"

@@ -31,7 +31,6 @@ from market.models import Allocation, GpuPrice, Lease
 from pool.models import Gpu, Node, Pool
 from scheduler.core.placement import defrag as core
 from scheduler.models import DefragRun
-from scheduler.core.placement import defrag as core
 from scheduler.moves.one_lease import lock_active, rebind
 
 log = logging.getLogger(__name__)
