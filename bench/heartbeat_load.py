@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.cli import hostnames_of  # noqa: E402
 from agent.client import ApiError, ServerTrouble, Unreachable  # noqa: E402
 from agent.errors import AgentError  # noqa: E402
 from agent.fleet import Fleet, FleetOptions  # noqa: E402
 from agent.heartbeat import heartbeat_body, parse_answer  # noqa: E402
-from agent.hostlist import expand_hostlist  # noqa: E402
 from agent.simulated import Control, SimulatedHost  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def hammer(fleet: Fleet, hosts: list[SimulatedHost], until: float) -> WorkerResu
 
 
 def run(args: argparse.Namespace) -> dict:
-    hostnames = expand_hostlist(args.hosts)
+    hostnames = hostnames_of(args.hosts)
     fleet = Fleet(FleetOptions(api=args.api, key=args.key, fabric=args.fabric, hostnames=hostnames,
                                gpu_model=args.gpu_model, gpus=args.gpus, workers=args.workers,
                                timeout_s=args.timeout))
