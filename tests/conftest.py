@@ -59,6 +59,22 @@ def _plain_http():
     settings.SECURE_SSL_REDIRECT = False
 
 
+@pytest.fixture(autouse=True)
+def _no_rate_limit_history():
+    """Each test starts with no requests counted against it: the API's throttle counters live
+    in Redis, shared by the whole run, and without this a test's anonymous sign-up was refused
+    (429) whenever the tests before it, in the same minute, had spent the address's allowance."""
+    from django.core.cache import cache
+
+    try:
+        client = cache._cache.get_client(write=True)
+        stale = list(client.scan_iter(match=cache.make_key("throttle_*")))
+        if stale:
+            client.delete(*stale)
+    except Exception:  # noqa: BLE001 - no Redis: nothing was counted either
+        pass
+
+
 def database_url_for(settings_dict: dict) -> str:
     """The URL of the database the tests use, for processes the tests start."""
     user = quote(settings_dict["USER"] or "")
