@@ -32,16 +32,6 @@ from ibex.accounts.permissions import ReadOrTrade, organization_of, scopes_of
 from ibex.api.errors import ApiError
 from ibex.api.filters import UtcIsoDateTimeFilter
 
-REFUSAL_STATUS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "not_refundable": 409,
-                  "conflict": 409, "forbidden": 403, "card_payments_not_configured": 409}
-
-
-def refusal(exc: services.MoneyError) -> Exception:
-    """A service refusal as an API error: 400 naming the field, else 409/403 with its code."""
-    if exc.field and exc.code not in REFUSAL_STATUS:
-        return serializers.ValidationError({exc.field: [exc.message]})
-    return ApiError(exc.message, code=exc.code, status_code=REFUSAL_STATUS.get(exc.code, 400))
-
 
 @extend_schema_field({"type": "string", "pattern": money.DOLLARS_PATTERN, "example": "123.45"})
 class DollarsField(serializers.Field):
@@ -208,13 +198,10 @@ class TopUpViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Crea
     def create(self, request):
         form = TopUpCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            top_up = services.create_top_up(tenant=organization_of(request),
-                                            amount_micros=form.validated_data["amount"],
-                                            idempotency_key=_idempotency_key(request),
-                                            actor=request.user.get_username())
-        except services.MoneyError as exc:
-            raise refusal(exc) from None
+        top_up = services.create_top_up(tenant=organization_of(request),
+                                        amount_micros=form.validated_data["amount"],
+                                        idempotency_key=_idempotency_key(request),
+                                        actor=request.user.get_username())
         return Response(TopUpSerializer(top_up).data, status=status.HTTP_201_CREATED)
 
 
@@ -245,13 +232,10 @@ class RefundViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, viewsets.Gen
         _require(request, "admin")
         form = RefundCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            refund = services.request_refund(tenant=organization_of(request),
-                                             amount_micros=form.validated_data["amount"],
-                                             idempotency_key=_idempotency_key(request),
-                                             actor=request.user.get_username())
-        except services.MoneyError as exc:
-            raise refusal(exc) from None
+        refund = services.request_refund(tenant=organization_of(request),
+                                         amount_micros=form.validated_data["amount"],
+                                         idempotency_key=_idempotency_key(request),
+                                         actor=request.user.get_username())
         return Response(RefundSerializer(refund).data, status=status.HTTP_201_CREATED)
 
 
@@ -280,10 +264,7 @@ class ConnectView(APIView):
                    summary="Start (or resume) payout onboarding; the link appears shortly")
     def post(self, request):
         _require(request, "provide")
-        try:
-            connect = services.start_connect_onboarding(provider=organization_of(request))
-        except services.MoneyError as exc:
-            raise refusal(exc) from None
+        connect = services.start_connect_onboarding(provider=organization_of(request))
         return Response(ConnectSerializer(connect).data, status=status.HTTP_202_ACCEPTED)
 
 

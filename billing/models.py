@@ -11,6 +11,7 @@ from django.db.models.functions import Mod
 from django.db.models.lookups import Exact
 
 from ibex.accounts.models import Organization
+from ibex.statemachine import StateChange
 
 USD = "usd"
 GPU_HOURS = "gph"  # private pools: micro-GPU-hours, never money (see market/pool_orders.py)
@@ -369,20 +370,14 @@ class Payout(models.Model):
         return f"ibex-payout-{self.pk}"
 
 
-class MoneyStateChange(models.Model):
+class MoneyStateChange(StateChange):
     """History of top-up, refund and payout transitions: who, when, why."""
 
     subject = models.CharField(max_length=10, help_text="top_up, refund or payout")
     subject_id = models.BigIntegerField()
-    from_state = models.CharField(max_length=10)
-    to_state = models.CharField(max_length=10)
-    actor = models.CharField(max_length=150)
-    reason = models.CharField(max_length=500)
-    at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
+    class Meta(StateChange.Meta):
         db_table = "market_moneystatechange"  # moved from market: the table kept its name
-        ordering = ["at", "id"]
         indexes = [models.Index(fields=["subject", "subject_id"])]
 
     def __str__(self):

@@ -37,8 +37,10 @@ from billing.models import (
 )
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
+from ibex.errors import Refusal
 from ibex.outbox import services as outbox
 from ibex.references import lease_ref
+from ibex.statemachine import StateMachine, transition
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +49,12 @@ Cause = LedgerTransaction.Cause
 CENT = 10_000  # micro-dollars
 
 
-class MoneyError(Exception):
+class MoneyError(Refusal):
     """A refused money action: `field` names the input at fault, `code` the kind of refusal."""
-
-    def __init__(self, message: str, *, code: str = "invalid", field: str | None = None):
-        super().__init__(message)
-        self.message, self.code, self.field = message, code, field
 
 
 class TransitionError(MoneyError):
-    def __init__(self, message: str):
-        super().__init__(message, code="invalid_transition")
+    code = "invalid_transition"
 
 
 # Stripe is called by these tasks (billing/tasks.py), named here because tasks import services.
@@ -84,33 +81,31 @@ TOP_UP_TRANSITIONS = {
 }
 REFUND_TRANSITIONS = {R.PENDING: {R.SUCCEEDED, R.FAILED}, R.SUCCEEDED: set(), R.FAILED: set()}
 PAYOUT_TRANSITIONS = {P.PENDING: {P.PAID, P.FAILED}, P.PAID: {P.FAILED}, P.FAILED: set()}
-TRANSITIONS = {TopUp: TOP_UP_TRANSITIONS, Refund: REFUND_TRANSITIONS, Payout: PAYOUT_TRANSITIONS}
-SUBJECTS = {TopUp: "top_up", Refund: "refund", Payout: "payout"}
+
+
+def _money_machine(subject: str, transitions: dict) -> StateMachine:
+    return StateMachine(
+        name=subject.replace("_", "-"), transitions=transitions, refusal=TransitionError,
+        history=MoneyStateChange,
+        history_of=lambda row: {"subject": subject, "subject_id": row.pk},
+        audit=lambda row, change: {
+            "action": f"money.{subject}.{change.to_state}", "target": f"{subject}:{row.pk}",
+            "organization": getattr(row, "tenant", None) or getattr(row, "provider", None),
+            "amount_micros": row.amount_micros, "details": {"reason": change.reason}})
+
+
+MACHINES = {TopUp: _money_machine("top_up", TOP_UP_TRANSITIONS),
+            Refund: _money_machine("refund", REFUND_TRANSITIONS),
+            Payout: _money_machine("payout", PAYOUT_TRANSITIONS)}
 
 
 def can_transition(row, to_state: str) -> bool:
-    return to_state in TRANSITIONS[type(row)][row.state]
+    return MACHINES[type(row)].allows(row.state, to_state)
 
 
-def transition(row, *, to_state: str, actor: str, reason: str):
-    """The one way a top-up, refund or payout changes state; the caller holds the row lock."""
-    if not can_transition(row, to_state):
-        raise TransitionError(f"a {row.state} {SUBJECTS[type(row)].replace('_', '-')} "
-                              f"cannot become {to_state}")
-    MoneyStateChange.objects.create(subject=SUBJECTS[type(row)], subject_id=row.pk,
-                                    from_state=row.state, to_state=to_state, actor=actor[:150],
-                                    reason=reason[:500])
-    row.state = to_state
-    fields = ["state"]
-    if hasattr(row, "state_changed_at"):
-        row.state_changed_at = timezone.now()
-        fields.append("state_changed_at")
-    row.save(update_fields=fields)
-    subject = SUBJECTS[type(row)]
-    record_audit(action=f"money.{subject}.{to_state}", target=f"{subject}:{row.pk}", actor=actor,
-                 organization=getattr(row, "tenant", None) or getattr(row, "provider", None),
-                 amount_micros=row.amount_micros, details={"reason": reason[:500]})
-    return row
+def change_money_state(row, *, to_state: str, actor: str, reason: str):
+    """The one way a top-up, refund or payout changes state."""
+    return transition(MACHINES[type(row)], row, to_state, actor=actor, reason=reason)
 
 
 # --- balances and grants ------------------------------------------------------------------------
@@ -561,7 +556,7 @@ def top_up_succeeded(*, top_up_id: int, payment_intent_id: str, actor: str = "st
     top_up = _locked_top_up(top_up_id)
     if not can_transition(top_up, T.SUCCEEDED):
         return f"top-up {top_up.pk} already {top_up.state}"
-    transition(top_up, to_state=T.SUCCEEDED, actor=actor, reason=f"{payment_intent_id} succeeded")
+    change_money_state(top_up, to_state=T.SUCCEEDED, actor=actor, reason=f"{payment_intent_id} succeeded")
     ledger.move(from_account=ledger.account(None, Kind.STRIPE_CLEARING),
                 to_account=ledger.account(top_up.tenant, Kind.TENANT_AVAILABLE),
                 amount_micros=top_up.amount_micros, cause=Cause.TOP_UP, source_type="top_up",
@@ -576,7 +571,7 @@ def top_up_failed(*, top_up_id: int, error: str, actor: str = "stripe") -> str:
     top_up.save(update_fields=["last_error"])
     if not can_transition(top_up, T.FAILED):
         return f"top-up {top_up.pk} already {top_up.state}"
-    transition(top_up, to_state=T.FAILED, actor=actor, reason=error)
+    change_money_state(top_up, to_state=T.FAILED, actor=actor, reason=error)
     return f"top-up {top_up.pk} failed"
 
 
@@ -670,12 +665,12 @@ def refund_succeeded(*, refund_id: int, stripe_refund_id: str, actor: str = "str
         stripe_refund_id=stripe_refund_id)
     if not can_transition(refund, R.SUCCEEDED):
         return f"refund {refund.pk} already {refund.state}"
-    transition(refund, to_state=R.SUCCEEDED, actor=actor, reason=f"{stripe_refund_id} succeeded")
+    change_money_state(refund, to_state=R.SUCCEEDED, actor=actor, reason=f"{stripe_refund_id} succeeded")
     top_up = TopUp.objects.select_for_update().get(pk=refund.top_up_id)
     refunded = (top_up.refunds.filter(state=R.SUCCEEDED)
                 .aggregate(total=Sum("amount_micros"))["total"] or 0)
     if refunded == top_up.amount_micros and can_transition(top_up, T.REFUNDED):
-        transition(top_up, to_state=T.REFUNDED, actor=actor, reason="fully refunded")
+        change_money_state(top_up, to_state=T.REFUNDED, actor=actor, reason="fully refunded")
     return f"refund {refund.pk} succeeded"
 
 
@@ -685,7 +680,7 @@ def refund_failed(*, refund_id: int, error: str, actor: str = "stripe") -> str:
     refund = _locked_refund(refund_id)
     if not can_transition(refund, R.FAILED):
         return f"refund {refund.pk} already {refund.state}"
-    transition(refund, to_state=R.FAILED, actor=actor, reason=error)
+    change_money_state(refund, to_state=R.FAILED, actor=actor, reason=error)
     ledger.move(from_account=ledger.account(None, Kind.STRIPE_CLEARING),
                 to_account=ledger.account(refund.tenant, Kind.TENANT_AVAILABLE),
                 amount_micros=refund.amount_micros, cause=Cause.REFUND_REVERSAL,
@@ -788,7 +783,7 @@ def payout_paid(*, payout_id: int, actor: str = "stripe") -> str:
     payout = _locked_payout(payout_id)
     if payout.state != P.PENDING:
         return f"payout {payout.pk} already {payout.state}"
-    transition(payout, to_state=P.PAID, actor=actor, reason="paid")
+    change_money_state(payout, to_state=P.PAID, actor=actor, reason="paid")
     return f"payout {payout.pk} paid"
 
 
@@ -798,7 +793,7 @@ def payout_failed(*, payout_id: int, error: str, actor: str = "stripe") -> str:
     payout = _locked_payout(payout_id)
     if not can_transition(payout, P.FAILED):
         return f"payout {payout.pk} already {payout.state}"
-    transition(payout, to_state=P.FAILED, actor=actor, reason=error)
+    change_money_state(payout, to_state=P.FAILED, actor=actor, reason=error)
     Payout.objects.filter(pk=payout.pk).update(last_error=error[:500])
     ledger.move(from_account=ledger.account(None, Kind.STRIPE_CLEARING),
                 to_account=ledger.account(payout.provider, Kind.PROVIDER_PAYABLE),

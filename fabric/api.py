@@ -98,14 +98,11 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             text = upload.read().decode("utf-8")
         except UnicodeDecodeError:
             raise ValidationError({"file": ["not a UTF-8 text file"]}) from None
-        try:
-            result = services.import_fabric_file(
-                owner=organization, name=form.validated_data["name"], text=text,
-                fmt=form.validated_data["format"], path=upload.name,
-                gpus_per_node=form.validated_data["gpus_per_node"],
-            )
-        except services.FabricImportError as exc:
-            raise ValidationError({"file": [str(exc)]}) from None
+        result = services.import_fabric_file(
+            owner=organization, name=form.validated_data["name"], text=text,
+            fmt=form.validated_data["format"], path=upload.name,
+            gpus_per_node=form.validated_data["gpus_per_node"],
+        )
         return Response(FabricSerializer(result.fabric).data,
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 

@@ -22,14 +22,18 @@ from fabric.core.topology import bandwidth_inputs
 from fabric.models import Fabric, Hca, Host, Link, Port, Switch
 from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
+from ibex.errors import Refusal
 
 FORMATS = ("ibnetdiscover", "slurm")
 BATCH = 5000
 MAX_HOSTS_PER_FABRIC = 200_000
 
 
-class FabricImportError(Exception):
-    """A fabric that cannot be imported; the message is meant for the person importing it."""
+class FabricImportError(Refusal):
+    """A fabric that cannot be imported; the message is meant for the person importing it,
+    and the fault is in the file."""
+
+    field = "file"
 
 
 @dataclass(frozen=True)

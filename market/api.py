@@ -15,7 +15,6 @@ from billing.core.money import to_dollars
 from fabric.core.locality import CONSTRAINT_LEVELS, Locality
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
-from ibex.api.errors import ApiError
 from ibex.api.pagination import CursorPagination
 from ibex.api.throttles import OrderThrottle
 from market import leasing, orders, prices
@@ -99,13 +98,10 @@ class PriceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         form = PriceChangeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        try:
-            change = prices.set_prices(
-                provider=provider, scope=data["scope"], price_micros=data["price_per_gpu_hour"],
-                offered_from=data["offered_from"], offered_until=data["offered_until"],
-                min_lease_hours=data["min_lease_hours"], actor=request.user.get_username())
-        except prices.PriceError as exc:
-            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        change = prices.set_prices(
+            provider=provider, scope=data["scope"], price_micros=data["price_per_gpu_hour"],
+            offered_from=data["offered_from"], offered_until=data["offered_until"],
+            min_lease_hours=data["min_lease_hours"], actor=request.user.get_username())
         return Response({"gpus_priced": change.gpus_priced,
                          "price_per_gpu_hour": to_dollars(change.price_micros)},
                         status=status.HTTP_201_CREATED)
@@ -195,10 +191,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @action(detail=True, methods=["post"])
     def terminate(self, request, pk=None):
         lease = self.get_object()
-        try:
-            leasing.terminate_lease(lease=lease, actor=request.user.get_username())
-        except leasing.LeaseTransitionError as exc:
-            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
+        leasing.terminate_lease(lease=lease, actor=request.user.get_username())
         return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
 
     @extend_schema(request=ExtendSerializer, responses=LeaseSerializer,
@@ -208,15 +201,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         lease = self.get_object()
         form = ExtendSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            leasing.extend_lease(lease=lease, hours=form.validated_data["hours"],
-                                 actor=request.user.get_username())
-        except leasing.LeaseTransitionError as exc:
-            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
-        except leasing.GpusUnavailable as exc:
-            raise ApiError(str(exc), code="gpus_unavailable", status_code=409) from None
-        except leasing.ExtensionRefused as exc:  # as a new order of that cost is refused
-            raise ApiError(exc.message, code=exc.code, status_code=409) from None
+        leasing.extend_lease(lease=lease, hours=form.validated_data["hours"],
+                             actor=request.user.get_username())
         return Response(LeaseSerializer(self.get_queryset().get(pk=lease.pk)).data)
 
 
@@ -320,16 +306,6 @@ class OrderSerializer(serializers.ModelSerializer):
         return {"earliest": order.start_earliest, "latest": order.start_latest}
 
 
-ORDER_REFUSALS = {"insufficient_funds": 409, "spend_limit_exceeded": 409, "invalid_state": 409,
-                  "conflict": 409}
-
-
-def order_refusal(exc: orders.OrderError) -> Exception:
-    if exc.field:
-        return serializers.ValidationError({exc.field: [exc.message]})
-    return ApiError(exc.message, code=exc.code, status_code=ORDER_REFUSALS.get(exc.code, 400))
-
-
 class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """A tenant's orders; another organisation's order is a 404."""
 
@@ -364,22 +340,16 @@ class OrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         replay = bool(key) and Order.objects.filter(tenant=tenant, idempotency_key=key).exists()
         form = OrderCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            order = orders.place_order(tenant=tenant, request=form.to_request(key),
-                                       actor=request.user.get_username())
-        except orders.OrderError as exc:
-            raise order_refusal(exc) from None
+        order = orders.place_order(tenant=tenant, request=form.to_request(key),
+                                   actor=request.user.get_username())
         return Response(OrderSerializer(order).data,
                         status=status.HTTP_200_OK if replay else status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=OrderSerializer, summary="Cancel an unfilled order")
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        try:
-            order = orders.cancel_order(order=self.get_object(),
-                                        actor=request.user.get_username())
-        except orders.OrderError as exc:
-            raise order_refusal(exc) from None
+        order = orders.cancel_order(order=self.get_object(),
+                                    actor=request.user.get_username())
         return Response(OrderSerializer(order).data)
 
 

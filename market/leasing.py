@@ -23,6 +23,8 @@ from fabric.core.locality import NodeKey
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
 from ibex.db import retry_on_deadlock
+from ibex.errors import Refusal
+from ibex.statemachine import StateMachine, transition
 from market.models import Allocation, Lease, LeaseEvent, Order
 from market.order_states import release_order_hold
 from pool import services as pool
@@ -42,12 +44,19 @@ LEASE_TRANSITIONS = {
 ENDED = {S.PREEMPTED, S.COMPLETED, S.TERMINATED, S.FAILED}
 
 
-class LeaseTransitionError(Exception):
-    pass
+class LeaseTransitionError(Refusal):
+    code = "invalid_state"
 
 
-class GpusUnavailable(Exception):
+class GpusUnavailable(Refusal):
     """Another lease holds one of the GPUs for an overlapping time (the constraint said so)."""
+
+    code = "gpus_unavailable"
+
+
+LEASE_MACHINE = StateMachine(name="lease", transitions=LEASE_TRANSITIONS,
+                             refusal=LeaseTransitionError, history=LeaseEvent,
+                             history_of=lambda lease: {"lease": lease})
 
 
 # --- what a lease holds now ---------------------------------------------------------------------
@@ -89,14 +98,10 @@ class GpuChoice:
 
 @transaction.atomic
 def change_lease_state(*, lease: Lease, to_state: str, actor: str, reason: str) -> Lease:
+    """The one way a lease changes state (a fresh copy comes back); an ended lease gives its
+    GPUs and what its hold did not capture back."""
     locked = Lease.objects.select_for_update().get(pk=lease.pk)
-    if to_state not in LEASE_TRANSITIONS[locked.state]:
-        raise LeaseTransitionError(f"a {locked.state} lease cannot become {to_state}")
-    LeaseEvent.objects.create(lease=locked, from_state=locked.state, to_state=to_state,
-                              actor=actor, reason=reason)
-    locked.state = to_state
-    locked.state_changed_at = timezone.now()
-    locked.save(update_fields=["state", "state_changed_at"])
+    transition(LEASE_MACHINE, locked, to_state, actor=actor, reason=reason)
     if to_state in ENDED:
         _unbind(locked)
         _release_from(locked, timezone.now())
@@ -185,12 +190,8 @@ def terminate_lease(*, lease: Lease, actor: str, reason: str = "terminated by th
     return lease
 
 
-class ExtensionRefused(Exception):
+class ExtensionRefused(Refusal):
     """The tenant cannot pay for the longer lease: `code` as for a refused order."""
-
-    def __init__(self, message: str, *, code: str):
-        super().__init__(message)
-        self.message, self.code = message, code
 
 
 @transaction.atomic

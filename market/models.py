@@ -10,6 +10,7 @@ from django.db.models import F, Q
 
 from ibex.accounts.models import Organization
 from ibex.references import lease_ref
+from ibex.statemachine import StateChange
 
 # --- prices ---------------------------------------------------------------------------------
 
@@ -110,19 +111,13 @@ class Lease(models.Model):
         return lease_ref(self.pk)
 
 
-class LeaseEvent(models.Model):
-    """A lease's history: every state change (who, when, why) and notices such as preemption."""
+class LeaseEvent(StateChange):
+    """A lease's history: every state change (who, when, why) and notices such as preemption
+    (`kind` other than "state", with no states)."""
 
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="events")
-    from_state = models.CharField(max_length=12, blank=True)
     to_state = models.CharField(max_length=12, blank=True)
     kind = models.CharField(max_length=30, default="state")
-    actor = models.CharField(max_length=150)
-    reason = models.CharField(max_length=500)
-    at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["at", "id"]
 
     def __str__(self):
         return f"lease {self.lease_id}: {self.kind} {self.from_state} → {self.to_state}"
@@ -216,16 +211,10 @@ class Order(models.Model):
         return f"order {self.pk} ({self.state})"
 
 
-class OrderEvent(models.Model):
-    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="events")
-    from_state = models.CharField(max_length=10, blank=True)
-    to_state = models.CharField(max_length=10)
-    actor = models.CharField(max_length=150)
-    reason = models.CharField(max_length=500)
-    at = models.DateTimeField(auto_now_add=True)
+class OrderEvent(StateChange):
+    """An order's history: one row per state change, with who and why."""
 
-    class Meta:
-        ordering = ["at", "id"]
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="events")
 
     def __str__(self):
         return f"order {self.order_id}: {self.from_state} → {self.to_state}"

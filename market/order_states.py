@@ -6,10 +6,10 @@ through `change_order_state`; the caller holds the order's row lock.
 
 from __future__ import annotations
 
-from django.utils import timezone
-
 from billing import services as money
 from billing.models import Hold
+from ibex.errors import Refusal
+from ibex.statemachine import StateMachine, transition
 from market.models import Order, OrderEvent
 
 OS = Order.State
@@ -24,12 +24,8 @@ ORDER_TRANSITIONS = {
 }
 
 
-class OrderError(Exception):
+class OrderError(Refusal):
     """A refused order: `field` names bad input; `code` says how the API answers."""
-
-    def __init__(self, message: str, *, field: str | None = None, code: str = "invalid"):
-        super().__init__(message)
-        self.message, self.field, self.code = message, field, code
 
 
 def order_ref(order: Order) -> str:
@@ -37,14 +33,16 @@ def order_ref(order: Order) -> str:
     return f"order-{order.pk}"
 
 
+ORDER_MACHINE = StateMachine(
+    name="order", transitions=ORDER_TRANSITIONS,
+    refusal=lambda message: OrderError(message, code="invalid_state"),
+    history=OrderEvent, history_of=lambda order: {"order": order})
+
+
 def change_order_state(order: Order, to_state: str, *, actor: str, reason: str) -> Order:
-    if to_state not in ORDER_TRANSITIONS[order.state]:
-        raise OrderError(f"a {order.state} order cannot become {to_state}", code="invalid_state")
-    OrderEvent.objects.create(order=order, from_state=order.state, to_state=to_state,
-                              actor=actor, reason=reason)
-    order.state, order.reason, order.state_changed_at = to_state, reason, timezone.now()
-    order.save(update_fields=["state", "reason", "state_changed_at", "lease"])
-    return order
+    """The one way an order changes state; its reason and lease are saved with it."""
+    return transition(ORDER_MACHINE, order, to_state, actor=actor, reason=reason,
+                      also={"reason": reason, "lease": order.lease})
 
 
 def release_order_hold(order: Order, *, actor: str, reason: str) -> None:

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
+from ibex.errors import Refusal
 from market.models import GpuPrice
 from pool.models import Gpu
 from pool.services import offered_gpus
@@ -19,10 +20,8 @@ from pool.services import offered_gpus
 SCOPE_KEYS = ("fabric", "gpu_model", "node", "leaf", "gpu")
 
 
-class PriceError(Exception):
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
+class PriceError(Refusal):
+    """A price that cannot be set; `field` names the input at fault."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +41,9 @@ def gpus_in_scope(*, provider: Organization, scope: dict) -> QuerySet[Gpu]:
     """The provider's GPUs a scope names; every key narrows it (all must match)."""
     unknown = set(scope) - set(SCOPE_KEYS)
     if unknown:
-        raise PriceError(f"scope.{sorted(unknown)[0]}", "Unknown scope key.")
+        raise PriceError("Unknown scope key.", field=f"scope.{sorted(unknown)[0]}")
     if not scope:
-        raise PriceError("scope", f"Name at least one of {', '.join(SCOPE_KEYS)}.")
+        raise PriceError(f"Name at least one of {', '.join(SCOPE_KEYS)}.", field="scope")
     gpus = Gpu.objects.filter(node__provider=provider).exclude(node__state="retired")
     if "fabric" in scope:
         gpus = gpus.filter(node__fabric__name=scope["fabric"])
@@ -66,14 +65,14 @@ def set_prices(*, provider: Organization, scope: dict, price_micros: int, actor:
                offered_from: datetime | None = None, offered_until: datetime | None = None,
                min_lease_hours: int = 1) -> PriceChange:
     if price_micros <= 0:
-        raise PriceError("price_per_gpu_hour", "A price must be above zero.")
+        raise PriceError("A price must be above zero.", field="price_per_gpu_hour")
     if offered_from and offered_until and offered_until <= offered_from:
-        raise PriceError("offered_until", "The window must end after it starts.")
+        raise PriceError("The window must end after it starts.", field="offered_until")
     # Lock the GPUs in a fixed order so that two price changes over one GPU serialise.
     gpu_ids = list(gpus_in_scope(provider=provider, scope=scope).order_by("pk")
                    .select_for_update().values_list("pk", flat=True))
     if not gpu_ids:
-        raise PriceError("scope", "No GPU of yours matches this scope.")
+        raise PriceError("No GPU of yours matches this scope.", field="scope")
     now = timezone.now()
     GpuPrice.objects.filter(gpu_id__in=gpu_ids, superseded_at__isnull=True).update(
         superseded_at=now)

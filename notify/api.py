@@ -84,10 +84,6 @@ class WebhookDeliverySerializer(serializers.ModelSerializer):
                   "next_attempt_at", "delivered_at", "created_at"]
 
 
-def _invalid(exc: webhooks.WebhookError) -> serializers.ValidationError:
-    return serializers.ValidationError({exc.field or "non_field_errors": [exc.message]})
-
-
 class WebhookEndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                              mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """Your webhook endpoints. The secret is shown once, in the answer to the POST."""
@@ -107,12 +103,9 @@ class WebhookEndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def create(self, request):
         form = WebhookEndpointCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            endpoint = webhooks.create_endpoint(tenant=organization_of(request),
-                                                url=form.validated_data["url"],
-                                                description=form.validated_data["description"])
-        except webhooks.WebhookError as exc:
-            raise _invalid(exc) from None
+        endpoint = webhooks.create_endpoint(tenant=organization_of(request),
+                                            url=form.validated_data["url"],
+                                            description=form.validated_data["description"])
         return Response(WebhookEndpointCreatedSerializer(endpoint).data,
                         status=status.HTTP_201_CREATED)
 
@@ -122,10 +115,7 @@ class WebhookEndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         endpoint = self.get_object()
         form = WebhookEndpointUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            endpoint = webhooks.update_endpoint(endpoint=endpoint, **form.validated_data)
-        except webhooks.WebhookError as exc:
-            raise _invalid(exc) from None
+        endpoint = webhooks.update_endpoint(endpoint=endpoint, **form.validated_data)
         return Response(WebhookEndpointSerializer(endpoint).data)
 
     def perform_destroy(self, instance):

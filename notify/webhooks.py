@@ -28,6 +28,7 @@ from django.utils import timezone
 from requests.adapters import HTTPAdapter
 
 from ibex.accounts.models import Organization
+from ibex.errors import Refusal
 from notify.core import webhook_targets
 from notify.models import Event, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
@@ -41,10 +42,8 @@ def _setting(name: str, default: int) -> int:
     return int(getattr(settings, name, default))
 
 
-class WebhookError(Exception):
-    def __init__(self, message: str, *, field: str | None = None):
-        super().__init__(message)
-        self.message, self.field = message, field
+class WebhookError(Refusal):
+    """An endpoint that cannot be registered or changed; `field` names the input at fault."""
 
 
 # --- endpoints ------------------------------------------------------------------------------------

@@ -187,14 +187,6 @@ class ProviderGpuSerializer(OfferedGpuSerializer):
 # --- views --------------------------------------------------------------------------------------
 
 
-def _registration_error(exc: services.RegistrationError):
-    if exc.code == "node_exists":
-        return ApiError(exc.message, code="node_exists", status_code=status.HTTP_409_CONFLICT)
-    if exc.code == "forbidden":
-        return PermissionDenied(exc.message)
-    return serializers.ValidationError({exc.field: [exc.message]})
-
-
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = NodeSerializer
     permission_classes = [ReadOrProvide]
@@ -209,11 +201,8 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return nodes if org.is_operator else nodes.filter(provider=org)
 
     def _register(self, specs):
-        try:
-            registered = services.register_nodes(provider=organization_of(self.request),
-                                                 specs=specs)
-        except services.RegistrationError as exc:
-            raise _registration_error(exc) from None
+        registered = services.register_nodes(provider=organization_of(self.request),
+                                             specs=specs)
         # Built from the created rows: no query per node, so 1,000 nodes answer quickly.
         return [{**NodeSerializer(r.node, context={"gpus": r.gpus}).data, "token": r.token}
                 for r in registered]
@@ -233,11 +222,8 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
             raise PermissionDenied("Only the node's provider corrects it.")
         form = NodeUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            services.update_node(node=node, actor=request.user.get_username(),
-                                 changes=dict(form.validated_data))
-        except services.NodeChangeRefused as exc:
-            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        services.update_node(node=node, actor=request.user.get_username(),
+                             changes=dict(form.validated_data))
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(request=BulkNodeCreateSerializer, responses={201: BulkRegisteredSerializer},
@@ -259,12 +245,9 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         node = self.get_object()
         form = DrainSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            services.drain_node(node=node, actor=request.user.get_username(),
-                                mode=form.validated_data["mode"],
-                                reason=form.validated_data["reason"])
-        except services.NodeTransitionError as exc:
-            raise ApiError(str(exc), code="invalid_state", status_code=409) from None
+        services.drain_node(node=node, actor=request.user.get_username(),
+                            mode=form.validated_data["mode"],
+                            reason=form.validated_data["reason"])
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(request=None, responses=TokenSerializer,
@@ -570,12 +553,9 @@ class QuotaNodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             if organization is None:
                 raise serializers.ValidationError(
                     {"organization": [f"No organisation {data['organization']!r}."]})
-        try:
-            node = quotas.define_quota_node(
-                pool=pool, name=data["name"], parent=data["parent"], cohort=data["cohort"],
-                organization=organization, preempt_within_queue=data["preempt_within_queue"],
-                shape_nodes=data["shape_nodes"], quotas=[quotas.QuotaSpec(**q) for q in data["quotas"]])
-        except quotas.QuotaInputError as exc:
-            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        node = quotas.define_quota_node(
+            pool=pool, name=data["name"], parent=data["parent"], cohort=data["cohort"],
+            organization=organization, preempt_within_queue=data["preempt_within_queue"],
+            shape_nodes=data["shape_nodes"], quotas=[quotas.QuotaSpec(**q) for q in data["quotas"]])
         view = next(v for v in quotas.quota_view(pool) if v["id"] == node.id)
         return Response(view, status=status.HTTP_201_CREATED)

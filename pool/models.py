@@ -6,6 +6,7 @@ from django.db.models import Q
 
 from fabric.models import Fabric, Host
 from ibex.accounts.models import Organization
+from ibex.statemachine import StateChange
 
 
 class GpuModel(models.Model):
@@ -89,18 +90,10 @@ class Node(models.Model):
         return self.hostname
 
 
-class NodeStateChange(models.Model):
+class NodeStateChange(StateChange):
     """History of a node's state: one row per transition, with who and why."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="state_changes")
-    from_state = models.CharField(max_length=12)
-    to_state = models.CharField(max_length=12)
-    actor = models.CharField(max_length=150)
-    reason = models.CharField(max_length=500)
-    at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["at", "id"]
 
     def __str__(self):
         return f"{self.node_id}: {self.from_state} → {self.to_state}"

@@ -17,16 +17,13 @@ from django.db.models import Q
 
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
+from ibex.errors import Refusal
 from pool.core import quotas as core
 from pool.models import Binding, Gpu, GpuModel, Node, Pool, PriorityClass, Quota, QuotaNode
 
 
-class QuotaInputError(Exception):
+class QuotaInputError(Refusal):
     """Input a quota cannot be built from; `field` names what is wrong."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
 
 
 @dataclass(frozen=True)
@@ -104,10 +101,9 @@ def _check_numbers(spec: QuotaSpec, where: str) -> None:
         value = getattr(spec, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 0):
-            raise QuotaInputError(where + name, f"{name} must be a non-negative whole number")
+            raise QuotaInputError(f"{name} must be a non-negative whole number", field=where + name)
     if spec.lending_limit is not None and spec.lending_limit > spec.nominal:
-        raise QuotaInputError(where + "lending_limit",
-                              f"lending_limit {spec.lending_limit} is above nominal {spec.nominal}")
+        raise QuotaInputError(f"lending_limit {spec.lending_limit} is above nominal {spec.nominal}", field=where + "lending_limit")
 
 
 def _check_tree(pool: Pool, replaced: core.QuotaNode) -> None:
@@ -116,7 +112,7 @@ def _check_tree(pool: Pool, replaced: core.QuotaNode) -> None:
         core.QuotaTree([*rows, replaced])
     except core.QuotaError as exc:
         field = "cohort" if replaced.cohort else "parent"
-        raise QuotaInputError(field, str(exc)) from None
+        raise QuotaInputError(str(exc), field=field) from None
 
 
 @transaction.atomic
@@ -128,20 +124,20 @@ def define_quota_node(*, pool: Pool, name: str, parent: str | None = None, cohor
     quotas = list(quotas)
     Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one tree change at a time
     if parent and cohort:
-        raise QuotaInputError("cohort", "a quota node names a parent or a cohort, not both")
+        raise QuotaInputError("a quota node names a parent or a cohort, not both", field="cohort")
     parent_row = None
     if parent:
         parent_row = QuotaNode.objects.filter(pool=pool, name=parent).first()
         if parent_row is None:
-            raise QuotaInputError("parent", f"pool {pool.name} has no quota node {parent!r}")
+            raise QuotaInputError(f"pool {pool.name} has no quota node {parent!r}", field="parent")
     models = {m.name: m for m in GpuModel.objects.filter(name__in=[q.gpu_model for q in quotas])}
     seen = set()
     for position, spec in enumerate(quotas):
         where = f"quotas.{position}."
         if spec.gpu_model not in models:
-            raise QuotaInputError(where + "gpu_model", f"unknown GPU model {spec.gpu_model!r}")
+            raise QuotaInputError(f"unknown GPU model {spec.gpu_model!r}", field=where + "gpu_model")
         if spec.gpu_model in seen:
-            raise QuotaInputError(where + "gpu_model", f"{spec.gpu_model} is named twice")
+            raise QuotaInputError(f"{spec.gpu_model} is named twice", field=where + "gpu_model")
         seen.add(spec.gpu_model)
         _check_numbers(spec, where)
     _check_tree(pool, core.QuotaNode(
@@ -169,7 +165,7 @@ def set_quota(*, node: QuotaNode, gpu_model: str, nominal: int,
     spec = QuotaSpec(gpu_model, nominal, borrowing_limit, lending_limit)
     model = GpuModel.objects.filter(name=gpu_model).first()
     if model is None:
-        raise QuotaInputError("gpu_model", f"unknown GPU model {gpu_model!r}")
+        raise QuotaInputError(f"unknown GPU model {gpu_model!r}", field="gpu_model")
     _check_numbers(spec, "")
     quota, _ = Quota.objects.update_or_create(
         node=node, gpu_model=model,
@@ -186,8 +182,8 @@ def define_priority_class(*, pool: Pool, name: str, value: int,
                           description: str = "") -> PriorityClass:
     """Create or change a pool's named priority (orders in its queues may name it)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
-        raise QuotaInputError("value", "a priority class's value is a whole number from 0 to "
-                                       "1000")
+        raise QuotaInputError("a priority class's value is a whole number from 0 to "
+                                       "1000", field="value")
     found, _ = PriorityClass.objects.update_or_create(
         pool=pool, name=name, defaults={"value": value, "description": description})
     return found

@@ -32,6 +32,8 @@ from ibex.accounts import services as accounts
 from ibex.accounts.models import Organization, ProviderProfile
 from ibex.audit.services import record_audit
 from ibex.db import analyze_after_bulk_load
+from ibex.errors import Refusal
+from ibex.statemachine import StateMachine, transition
 from pool.models import Binding, Gpu, GpuModel, HealthEvent, Node, NodeStateChange
 
 TOKEN_PREFIX = "ibexnode"
@@ -40,16 +42,12 @@ HOT_TEMPERATURE_C = 90
 METRICS_KEY = "pool:metrics:{node_id}"
 
 
-class RegistrationError(Exception):
+class RegistrationError(Refusal):
     """A node that cannot be registered; `field` names what is wrong, `code` how to answer."""
 
-    def __init__(self, field: str, message: str, code: str = "invalid"):
-        super().__init__(message)
-        self.field, self.message, self.code = field, message, code
 
-
-class NodeTransitionError(Exception):
-    pass
+class NodeTransitionError(Refusal):
+    code = "invalid_state"
 
 
 class TokenRefused(Exception):
@@ -94,7 +92,7 @@ def _fabric_of(provider: Organization, reference: str | int) -> Fabric:
     found = (fabrics.filter(pk=int(reference)) if str(reference).isdigit() else
              fabrics.filter(name=reference)).first()
     if found is None:
-        raise RegistrationError("fabric", f"you have no fabric {reference!r}")
+        raise RegistrationError(f"you have no fabric {reference!r}", field="fabric")
     return found
 
 
@@ -102,7 +100,7 @@ def _fabric_of(provider: Organization, reference: str | int) -> Fabric:
 def register_nodes(*, provider: Organization, specs: list[NodeSpec]) -> list[RegisteredNode]:
     """Register nodes all-or-nothing; errors name the item (`nodes.3.hostname`)."""
     if not provider.is_provider:
-        raise RegistrationError("non_field_errors", "only providers register nodes", "forbidden")
+        raise RegistrationError("only providers register nodes", field="non_field_errors", code="permission_denied")
     models = {m.name: m for m in GpuModel.objects.all()}
     fabrics: dict[str, Fabric] = {}
     hosts: dict[tuple[int, str], Host] = {}
@@ -111,10 +109,10 @@ def register_nodes(*, provider: Organization, specs: list[NodeSpec]) -> list[Reg
         try:
             fabric = fabrics.get(str(spec.fabric)) or _fabric_of(provider, spec.fabric)
         except RegistrationError as exc:
-            raise RegistrationError(where + exc.field, exc.message) from None
+            raise RegistrationError(exc.message, field=where + exc.field) from None
         fabrics[str(spec.fabric)] = fabric
         if spec.gpu_model not in models:
-            raise RegistrationError(where + "gpu_model", f"unknown GPU model {spec.gpu_model!r}")
+            raise RegistrationError(f"unknown GPU model {spec.gpu_model!r}", field=where + "gpu_model")
     for host in Host.objects.filter(fabric__in=list(fabrics.values()),
                                     name__in=[s.hostname for s in specs]):
         hosts[(host.fabric_id, host.name)] = host
@@ -127,14 +125,11 @@ def register_nodes(*, provider: Organization, specs: list[NodeSpec]) -> list[Reg
         where = f"nodes.{position}." if len(specs) > 1 else ""
         key = (fabrics[str(spec.fabric)].id, spec.hostname)
         if key not in hosts:
-            raise RegistrationError(where + "hostname",
-                                    f"{spec.hostname!r} is not a host of fabric {spec.fabric!r}")
+            raise RegistrationError(f"{spec.hostname!r} is not a host of fabric {spec.fabric!r}", field=where + "hostname")
         if key in taken or key in seen:
             node_id = Node.objects.filter(host=hosts[key]).exclude(state="retired").values_list(
                 "id", flat=True).first()
-            raise RegistrationError(where + "hostname",
-                                    f"{spec.hostname} is already registered as node {node_id}",
-                                    "node_exists")
+            raise RegistrationError(f"{spec.hostname} is already registered as node {node_id}", field=where + "hostname", code="node_exists")
         seen.add(key)
     return _create_nodes(provider, specs, fabrics, hosts, models)
 
@@ -194,14 +189,17 @@ NODE_TRANSITIONS = {
     S.OFFLINE: {S.ACTIVE, S.RETIRED},
     S.RETIRED: set(),
 }
+NODE_MACHINE = StateMachine(
+    name="node", transitions=NODE_TRANSITIONS, refusal=NodeTransitionError,
+    history=NodeStateChange, history_of=lambda node: {"node": node},
+    audit=lambda node, change: {"action": f"node.{change.to_state}", "target": node,
+                                "organization": node.provider,
+                                "details": {"hostname": node.hostname, "from": change.from_state,
+                                            "reason": change.reason}})
 
 
-class NodeChangeRefused(Exception):
+class NodeChangeRefused(Refusal):
     """A correction a node may not take; `field` names the input at fault."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
 
 
 DESCRIPTIVE_FIELDS = ("cpu_cores", "memory_gib", "os", "driver_version")
@@ -215,14 +213,14 @@ def update_node(*, node: Node, actor: str, changes: dict) -> Node:
     locked = Node.objects.select_for_update().get(pk=node.pk)
     for field in ("fabric", "hostname"):
         if field in changes:
-            raise NodeChangeRefused(field, f"a node's {field} does not change: retire it and "
-                                           f"register it again")
+            raise NodeChangeRefused(f"a node's {field} does not change: retire it and "
+                                           f"register it again", field=field)
     if "gpu_model" in changes or "gpu_count" in changes:
         field = "gpu_model" if "gpu_model" in changes else "gpu_count"
         now = timezone.now()
         if Gpu.objects.filter(node=locked, allocations__period__overlap=(now, None)).exists():
-            raise NodeChangeRefused(field, "the node is leased now or later: its GPUs change "
-                                           "only when no lease holds them")
+            raise NodeChangeRefused("the node is leased now or later: its GPUs change "
+                                           "only when no lease holds them", field=field)
         if "gpu_model" in changes:
             _change_gpu_model(locked, changes["gpu_model"])
         if "gpu_count" in changes:
@@ -240,7 +238,7 @@ def update_node(*, node: Node, actor: str, changes: dict) -> Node:
 def _change_gpu_model(node: Node, name: str) -> None:
     model = GpuModel.objects.filter(name=name).first()
     if model is None:
-        raise NodeChangeRefused("gpu_model", f"unknown GPU model {name!r}")
+        raise NodeChangeRefused(f"unknown GPU model {name!r}", field="gpu_model")
     node.gpu_model = model
     node.save(update_fields=["gpu_model"])
     Gpu.objects.filter(node=node).update(gpu_model=model, memory_mib=model.memory_mib,
@@ -253,8 +251,8 @@ def _change_gpu_count(node: Node, count: int) -> None:
     if count < have:
         extra = Gpu.objects.filter(node=node, index__gte=count)
         if extra.filter(allocations__isnull=False).exists():
-            raise NodeChangeRefused("gpu_count", "the GPUs above that count have served leases: "
-                                                 "retire the node and register it again")
+            raise NodeChangeRefused("the GPUs above that count have served leases: "
+                                                 "retire the node and register it again", field="gpu_count")
         extra.delete()
     Gpu.objects.bulk_create([
         Gpu(node=node, index=index, gpu_model=node.gpu_model,
@@ -264,20 +262,9 @@ def _change_gpu_count(node: Node, count: int) -> None:
 
 @transaction.atomic
 def change_node_state(*, node: Node, to_state: str, actor: str, reason: str) -> Node:
-    """The one way a node's state changes: re-checked under the row lock, with history."""
-    locked = Node.objects.select_for_update().get(pk=node.pk)
-    if to_state not in NODE_TRANSITIONS[locked.state]:
-        raise NodeTransitionError(f"a {locked.state} node cannot become {to_state}")
-    from_state = locked.state
-    NodeStateChange.objects.create(node=locked, from_state=from_state, to_state=to_state,
-                                   actor=actor, reason=reason)
-    locked.state = to_state
-    locked.state_changed_at = timezone.now()
-    locked.save(update_fields=["state", "state_changed_at"])
-    record_audit(action=f"node.{to_state}", target=locked, actor=actor,
-                 organization=locked.provider,
-                 details={"hostname": locked.hostname, "from": from_state, "reason": reason[:500]})
-    return locked
+    """The one way a node's state changes (a fresh copy of the node comes back)."""
+    locked = Node.objects.select_for_update().select_related("provider").get(pk=node.pk)
+    return transition(NODE_MACHINE, locked, to_state, actor=actor, reason=reason)
 
 
 @transaction.atomic

@@ -5,6 +5,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from ibex.statemachine import StateChange
+
 
 class Organization(models.Model):
     """A company, department or team that rents GPUs, provides them, or runs the exchange."""
@@ -101,18 +103,10 @@ class ProviderProfile(models.Model):
         return f"{self.organization} ({self.state})"
 
 
-class ProviderStateChange(models.Model):
-    """One row per onboarding transition: who, when, why."""
+class ProviderStateChange(StateChange):
+    """One row per onboarding transition; the actor is a user name, or 'system' for burn-in."""
 
     profile = models.ForeignKey(ProviderProfile, on_delete=models.CASCADE, related_name="changes")
-    from_state = models.CharField(max_length=12)
-    to_state = models.CharField(max_length=12)
-    actor = models.CharField(max_length=150, help_text="a user name, or 'system' for burn-in")
-    reason = models.CharField(max_length=500)
-    at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["at", "id"]
 
     def __str__(self):
         return f"{self.from_state} → {self.to_state} by {self.actor}"

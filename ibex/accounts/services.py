@@ -17,6 +17,8 @@ from ibex.accounts.models import (
     ProviderStateChange,
 )
 from ibex.audit.services import record_audit
+from ibex.errors import Refusal
+from ibex.statemachine import StateMachine, transition
 
 KEY_PREFIX = "ibex"
 ROLES = ("tenant", "provider", "operator")
@@ -62,25 +64,26 @@ PROVIDER_TRANSITIONS = {
 }
 
 
-class TransitionError(Exception):
+class TransitionError(Refusal):
     """A state change that the transition table does not allow."""
+
+    code = "invalid_state"
+
+
+PROVIDER_MACHINE = StateMachine(
+    name="provider", transitions=PROVIDER_TRANSITIONS, refusal=TransitionError,
+    history=ProviderStateChange, history_of=lambda profile: {"profile": profile},
+    audit=lambda profile, change: {"action": f"provider.{change.to_state}", "target": profile,
+                                   "organization": profile.organization,
+                                   "details": {"reason": change.reason}})
 
 
 @transaction.atomic
 def change_provider_state(*, organization: Organization, to_state: str, actor: str,
                           reason: str) -> ProviderProfile:
-    """The one way a provider's onboarding state changes; re-checked under the row lock."""
-    profile = ProviderProfile.objects.select_for_update().get(organization=organization)
-    if to_state not in PROVIDER_TRANSITIONS.get(profile.state, set()):
-        raise TransitionError(f"a {profile.state} provider cannot become {to_state}")
-    ProviderStateChange.objects.create(profile=profile, from_state=profile.state,
-                                       to_state=to_state, actor=actor, reason=reason)
-    profile.state = to_state
-    profile.state_changed_at = timezone.now()
-    profile.save(update_fields=["state", "state_changed_at"])
-    record_audit(action=f"provider.{to_state}", target=profile, actor=actor,
-                 organization=organization, details={"reason": reason[:500]})
-    return profile
+    """The one way a provider's onboarding state changes."""
+    profile = ProviderProfile.objects.select_related("organization").get(organization=organization)
+    return transition(PROVIDER_MACHINE, profile, to_state, actor=actor, reason=reason)
 
 
 @transaction.atomic

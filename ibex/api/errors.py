@@ -6,6 +6,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from ibex.errors import Refusal, http_status
+
 
 def error_body(code: str, message: str, fields: dict | None = None) -> dict:
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
@@ -38,8 +40,18 @@ def _fields(detail) -> dict:
     return fields
 
 
+def refusal_exception(refusal: Refusal) -> exceptions.APIException:
+    """A service's refusal as the API answers it: 400 naming the field, else its code's status."""
+    status_code = http_status(refusal.code)
+    if refusal.field and status_code == status.HTTP_400_BAD_REQUEST:
+        return exceptions.ValidationError({refusal.field: [refusal.message]})
+    return ApiError(refusal.message, code=refusal.code, status_code=status_code)
+
+
 def exception_handler(exc, context):
-    if isinstance(exc, Http404):
+    if isinstance(exc, Refusal):
+        exc = refusal_exception(exc)
+    elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
@@ -91,4 +103,4 @@ class ApiError(exceptions.APIException):
 
 
 __all__ = ["ApiError", "Response", "error_body", "exception_handler", "json_400", "json_403",
-           "json_404", "json_500"]
+           "json_404", "json_500", "refusal_exception"]
