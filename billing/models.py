@@ -236,8 +236,29 @@ class UsageRecord(models.Model):
         return f"{self.lease_ref} {self.minute:%Y-%m-%d %H:%M}"
 
 
-class TopUp(models.Model):
+class StripeMoney(models.Model):
+    """Money moved through Stripe in one row: its amount, when it was asked for and last changed
+    state, the last error Stripe gave, and the idempotency key every Stripe call for it sends."""
+
+    stripe_kind = ""  # names the row in its idempotency key: "top-up", "payout"
+
+    amount_micros = models.BigIntegerField()
+    last_error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def stripe_idempotency_key(self) -> str:
+        return f"ibex-{self.stripe_kind}-{self.pk}"
+
+
+class TopUp(StripeMoney):
     """Money a tenant adds by card, through a Stripe PaymentIntent."""
+
+    stripe_kind = "top-up"
 
     class State(models.TextChoices):
         CREATED = "created"
@@ -246,7 +267,6 @@ class TopUp(models.Model):
         REFUNDED = "refunded"
 
     tenant = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="top_ups")
-    amount_micros = models.BigIntegerField()
     currency = models.CharField(max_length=3, default=USD)
     state = models.CharField(max_length=10, choices=State.choices, default=State.CREATED)
     automatic = models.BooleanField(default=False)
@@ -255,9 +275,6 @@ class TopUp(models.Model):
     payment_intent_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
     client_secret = models.CharField(max_length=200, blank=True)
     refunded_micros = models.BigIntegerField(default=0)
-    last_error = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    state_changed_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         db_table = "market_topup"  # moved from market: the table kept its name
@@ -274,10 +291,6 @@ class TopUp(models.Model):
 
     def __str__(self):
         return f"top-up {self.pk} ({self.state})"
-
-    @property
-    def stripe_idempotency_key(self) -> str:
-        return f"ibex-top-up-{self.pk}"
 
 
 class Refund(models.Model):
@@ -337,8 +350,10 @@ class ConnectAccount(models.Model):
         return f"ibex-connect-{self.pk}"
 
 
-class Payout(models.Model):
+class Payout(StripeMoney):
     """A provider's payable balance sent to their Connect account."""
+
+    stripe_kind = "payout"
 
     class State(models.TextChoices):
         PENDING = "pending"
@@ -346,13 +361,9 @@ class Payout(models.Model):
         FAILED = "failed"
 
     provider = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="payouts")
-    amount_micros = models.BigIntegerField()
     state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
     stripe_transfer_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
     stripe_payout_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
-    last_error = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    state_changed_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         db_table = "market_payout"  # moved from market: the table kept its name
@@ -364,10 +375,6 @@ class Payout(models.Model):
 
     def __str__(self):
         return f"payout {self.pk} ({self.state})"
-
-    @property
-    def stripe_idempotency_key(self) -> str:
-        return f"ibex-payout-{self.pk}"
 
 
 class MoneyStateChange(StateChange):
