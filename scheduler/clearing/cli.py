@@ -154,6 +154,15 @@ def parse_bid(raw: Any, position: int, levels: Sequence[str]) -> Bid:
     )
 
 
+def _refuse_repeats(names: list[str], field: str, what: str) -> None:
+    """The first name seen before is refused at its position (`field` has a `{}` for it)."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InvalidInput(field.format(i), f"duplicate {what} {name!r}")
+        seen.add(name)
+
+
 def parse_document(document: Any) -> tuple[list[str], list[NodeOffer], list[Bid], str, bool]:
     document = read_object(document, "input", DOCUMENT_KEYS)
     levels = read_texts(document.get("levels"), "levels")
@@ -161,18 +170,10 @@ def parse_document(document: Any) -> tuple[list[str], list[NodeOffer], list[Bid]
         raise InvalidInput("levels", "must name distinct levels, the node level last")
     raw_nodes = read_list(document.get("nodes"), "nodes")
     nodes = [parse_node(raw, i, levels) for i, raw in enumerate(raw_nodes)]
-    seen: set[str] = set()
-    for i, node in enumerate(nodes):
-        if node.name in seen:
-            raise InvalidInput(f"nodes[{i}].name", f"duplicate node {node.name!r}")
-        seen.add(node.name)
+    _refuse_repeats([node.name for node in nodes], "nodes[{}].name", "node")
     raw_bids = read_list(document.get("bids"), "bids")
     bids = [parse_bid(raw, i, levels) for i, raw in enumerate(raw_bids)]
-    ids: set[str] = set()
-    for i, bid in enumerate(bids):
-        if bid.id in ids:
-            raise InvalidInput(f"bids[{i}].id", f"duplicate bid {bid.id!r}")
-        ids.add(bid.id)
+    _refuse_repeats([bid.id for bid in bids], "bids[{}].id", "bid")
     mode = document.get("mode", "auction")
     if mode not in MODES:
         raise InvalidInput("mode", f"must be one of {', '.join(MODES)}")
