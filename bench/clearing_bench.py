@@ -1,4 +1,4 @@
-"""Auction clearing benchmark (issue 8): 10,000 bids against a 100,000-GPU snapshot.
+"""Auction clearing benchmark: 10,000 bids against a 100,000-GPU snapshot.
 
     python bench/clearing_bench.py [--seed 1] [--bids 10000] [--small 40]
 

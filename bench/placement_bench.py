@@ -1,4 +1,4 @@
-"""Placement engine benchmark (issue 4): a 100,000-GPU fat-tree snapshot, single core.
+"""Placement engine benchmark: a 100,000-GPU fat-tree snapshot, single core.
 
     python bench/placement_bench.py [--seed 1]
 

@@ -351,7 +351,7 @@ CELERY_BEAT_SCHEDULE.update({
     "fan-out-events": {"task": "scheduler.fan_out_events", "schedule": 15.0},
 })
 
-# Private pools (issue 10): quota admission and tidal schedules.
+# Private pools: quota admission and tidal schedules.
 CELERY_BEAT_SCHEDULE.update({
     "admit-pools": {"task": "scheduler.admit_pools", "schedule": 10.0},
     "apply-tidal-steps": {"task": "scheduler.apply_tidal_steps", "schedule": 30.0},

@@ -7,6 +7,8 @@ whatever the code does, one GPU is never in two leases at overlapping times.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -136,6 +138,21 @@ def _release_from(lease: Lease, moment: datetime) -> None:
             allocation.save(update_fields=["period"])
 
 
+@contextlib.contextmanager
+def _gpus_must_be_free(message: str) -> Iterator[None]:
+    """Write allocations inside: when the exclusion constraint finds one of their GPUs in
+    another allocation at the same time, the writes are undone (a savepoint, so the caller's
+    transaction goes on) and GpusUnavailable(message) says so. PostgreSQL decides, not a check
+    made before the insert, so two workers racing for one GPU cannot both win."""
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError as exc:
+        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable(message) from None
+
+
 @transaction.atomic
 def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[GpuChoice],
                  starts_at: datetime, ends_at: datetime, price_micros: int,
@@ -150,16 +167,11 @@ def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[
     )
     LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason=reason)
     period = DateTimeTZRange(starts_at, ends_at)
-    try:
-        with transaction.atomic():
-            Allocation.objects.bulk_create([
-                Allocation(lease=lease, gpu_id=g.gpu_id, period=period, price_micros=g.price_micros)
-                for g in sorted(gpus, key=lambda g: g.gpu_id)
-            ])
-    except IntegrityError as exc:
-        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
-            raise
-        raise GpusUnavailable("another lease holds one of these GPUs at that time") from None
+    with _gpus_must_be_free("another lease holds one of these GPUs at that time"):
+        Allocation.objects.bulk_create([
+            Allocation(lease=lease, gpu_id=g.gpu_id, period=period, price_micros=g.price_micros)
+            for g in sorted(gpus, key=lambda g: g.gpu_id)
+        ])
     return lease
 
 
@@ -211,16 +223,11 @@ def extend_lease(*, lease: Lease, hours: int, actor: str) -> Lease:
         raise LeaseTransitionError(f"a {locked.state} lease cannot be extended")
     new_end = locked.ends_at + timedelta(hours=hours)
     extra = extension_cost_micros(locked, hours)
-    try:
-        with transaction.atomic():
-            for allocation in Allocation.objects.filter(lease=locked,
-                                                        period__endswith=locked.ends_at):
-                allocation.period = DateTimeTZRange(allocation.period.lower, new_end)
-                allocation.save(update_fields=["period"])
-    except IntegrityError as exc:
-        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
-            raise
-        raise GpusUnavailable("another lease holds one of these GPUs after this one ends") from None
+    with _gpus_must_be_free("another lease holds one of these GPUs after this one ends"):
+        for allocation in Allocation.objects.filter(lease=locked,
+                                                    period__endswith=locked.ends_at):
+            allocation.period = DateTimeTZRange(allocation.period.lower, new_end)
+            allocation.save(update_fields=["period"])
     if order_id is not None and locked.quota_node_id is None and extra > 0:
         try:
             money.add_to_hold(tenant=locked.tenant, order_ref=f"order-{order_id}",
@@ -262,15 +269,10 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
         else:
             allocation.period = DateTimeTZRange(allocation.period.lower, now)
             allocation.save(update_fields=["period"])
-    try:
-        with transaction.atomic():
-            Allocation.objects.bulk_create([
-                Allocation(lease=locked, gpu_id=g.gpu_id, price_micros=g.price_micros,
-                           period=DateTimeTZRange(now, locked.ends_at)) for g in onto])
-    except IntegrityError as exc:
-        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
-            raise
-        raise GpusUnavailable("a replacement GPU was taken meanwhile") from None
+    with _gpus_must_be_free("a replacement GPU was taken meanwhile"):
+        Allocation.objects.bulk_create([
+            Allocation(lease=locked, gpu_id=g.gpu_id, price_micros=g.price_micros,
+                       period=DateTimeTZRange(now, locked.ends_at)) for g in onto])
     LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
                               reason=f"{reason}: {', '.join(gpu_names(away_from))} → "
                                      f"{', '.join(gpu_names(g.gpu_id for g in onto))}"[:500])
@@ -289,16 +291,11 @@ def replace_allocations(*, lease: Lease, gpus: list[GpuChoice], gpu_model: str, 
         raise LeaseTransitionError(f"a {locked.state} lease is not re-placed")
     Allocation.objects.filter(lease=locked).delete()
     period = DateTimeTZRange(max(starts_at, locked.starts_at), locked.ends_at)
-    try:
-        with transaction.atomic():
-            Allocation.objects.bulk_create([
-                Allocation(lease=locked, gpu_id=g.gpu_id, period=period,
-                           price_micros=g.price_micros)
-                for g in sorted(gpus, key=lambda g: g.gpu_id)])
-    except IntegrityError as exc:
-        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
-            raise
-        raise GpusUnavailable("another lease took one of these GPUs meanwhile") from None
+    with _gpus_must_be_free("another lease took one of these GPUs meanwhile"):
+        Allocation.objects.bulk_create([
+            Allocation(lease=locked, gpu_id=g.gpu_id, period=period,
+                       price_micros=g.price_micros)
+            for g in sorted(gpus, key=lambda g: g.gpu_id)])
     LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
                               reason=f"{reason}; now on "
                                      f"{', '.join(gpu_names(g.gpu_id for g in gpus))}"[:500])
@@ -336,17 +333,12 @@ def move_many(*, moves: list[PlannedMove], actor: str = "scheduler") -> None:
     cut.filter(period__startswith__gte=now).delete()
     cut.update(period=Func(Func(F("period"), function="lower"), Value(now), function="tstzrange",
                            output_field=DateTimeRangeField()))
-    try:
-        with transaction.atomic():
-            # in GPU order, so two workers inserting overlapping sets wait, not deadlock
-            Allocation.objects.bulk_create(sorted((
-                Allocation(lease=m.lease, gpu_id=g.gpu_id, price_micros=g.price_micros,
-                           period=DateTimeTZRange(now, m.lease.ends_at))
-                for m in moves for g in m.onto), key=lambda a: a.gpu_id))
-    except IntegrityError as exc:
-        if "no_gpu_in_two_overlapping_allocations" not in str(exc):
-            raise
-        raise GpusUnavailable("a replacement GPU was taken meanwhile") from None
+    with _gpus_must_be_free("a replacement GPU was taken meanwhile"):
+        # in GPU order, so two workers inserting overlapping sets wait, not deadlock
+        Allocation.objects.bulk_create(sorted((
+            Allocation(lease=m.lease, gpu_id=g.gpu_id, price_micros=g.price_micros,
+                       period=DateTimeTZRange(now, m.lease.ends_at))
+            for m in moves for g in m.onto), key=lambda a: a.gpu_id))
     LeaseEvent.objects.bulk_create([
         LeaseEvent(lease=m.lease, kind="moved", actor=actor,
                    reason=f"{m.reason}: GPUs {sorted(m.away_from)} → "

@@ -1,10 +1,11 @@
 from django.contrib import admin
 
+from ibex.admin import ReadOnlyAdmin
 from ibex.audit.models import AuditEntry
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     """Read-only: operators read the log; nobody adds, changes or deletes an entry."""
 
     list_display = ["at", "actor", "via", "ip", "action", "target_type", "target_id",
@@ -13,12 +14,3 @@ class AuditEntryAdmin(admin.ModelAdmin):
     search_fields = ["actor", "action", "target_id", "organization", "ip"]
     date_hierarchy = "at"
     readonly_fields = [f.name for f in AuditEntry._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

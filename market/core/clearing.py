@@ -33,8 +33,8 @@ Auction rules, per market (one GPU model):
 
 Money: prices per GPU-hour are integer micro-dollars inside (`*_micros`), parsed from dollars
 as everywhere in IBEX (`billing.core.money`); amounts that multiply by hours are `Decimal` dollars
-rounded half-up to the micro-dollar. Never floats, except inside the integer-program solver,
-whose answer is re-priced exactly.
+rounded to the micro-dollar by IBEX's one rule (`billing.core.money.ROUNDING`, half to even).
+Never floats, except inside the integer-program solver, whose answer is re-priced exactly.
 """
 
 from __future__ import annotations
@@ -46,10 +46,16 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Protocol
 
-from billing.core.money import MICROS_PER_DOLLAR, BadAmount, parse_dollars, to_dollars
+from billing.core.money import (
+    MICROS_PER_DOLLAR,
+    ROUNDING,
+    BadAmount,
+    parse_dollars,
+    to_dollars,
+)
 from market.core.whatif import InvalidInput
 
 ONE_MICRO = Decimal("0.000001")
@@ -75,8 +81,8 @@ def micros(dollars_text: str, field: str = "price") -> int:
 
 
 def dollars(amount_micros: int | Decimal) -> Decimal:
-    """Micro-dollars as dollars, rounded half-up to the micro-dollar, at least 2 decimals."""
-    value = (Decimal(amount_micros) / MICROS_PER_DOLLAR).quantize(ONE_MICRO, ROUND_HALF_UP)
+    """Micro-dollars as dollars, rounded half to even to the micro-dollar, at least 2 decimals."""
+    value = (Decimal(amount_micros) / MICROS_PER_DOLLAR).quantize(ONE_MICRO, ROUNDING)
     cents = value.quantize(Decimal("0.01"))
     return cents if cents == value else value.normalize()
 
@@ -498,7 +504,7 @@ def with_exact(cleared: MarketClearing, solution: ExactSolution) -> MarketCleari
     # the greedy clearing is a feasible answer, so the optimum is never below it (a solver
     # stopped by its time limit may report less)
     best = max(solution.welfare, greedy)
-    gap = ((best - greedy) / best).quantize(ONE_MICRO, ROUND_HALF_UP) if best else Decimal(0)
+    gap = ((best - greedy) / best).quantize(ONE_MICRO, ROUNDING) if best else Decimal(0)
     comparison = ExactComparison(best, greedy, gap, solution.optimal)
     return MarketClearing(cleared.gpu_model, cleared.clearing_price_micros, cleared.accepted,
                           cleared.refused, comparison)

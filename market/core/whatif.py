@@ -52,6 +52,34 @@ def read_texts(value: Any, field: str) -> list[str]:
     return [read_text(item, f"{field}[{i}]") for i, item in enumerate(value)]
 
 
+def read_int(value: Any, field: str, minimum: int = 0, optional: bool = False,
+             too_small: str | None = None) -> int | None:
+    """A JSON integer (not a boolean) of at least `minimum`; None for a missing one when
+    `optional`. `too_small` is the refusal below the minimum, by default "must not be negative"
+    for a minimum of 0 and "must be at least N" otherwise."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInput(field, "must be an integer")
+    if value < minimum:
+        if too_small is None:
+            too_small = "must not be negative" if minimum == 0 else f"must be at least {minimum}"
+        raise InvalidInput(field, too_small)
+    return value
+
+
+def read_list(value: Any, field: str) -> list:
+    if not isinstance(value, list):
+        raise InvalidInput(field, "must be a list")
+    return value
+
+
+def read_bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(field, "must be true or false")
+    return value
+
+
 def answer_json(answer: Callable[[Any], dict], stdin: TextIO, stdout: TextIO,
                 stderr: TextIO) -> int:
     """Read the document on stdin, write `answer(document)` on stdout; the exit status."""

@@ -29,7 +29,16 @@ from market.core.clearing import (
     match_on_demand,
     micros,
 )
-from market.core.whatif import InvalidInput, answer_json, read_object, read_text, read_texts
+from market.core.whatif import (
+    InvalidInput,
+    answer_json,
+    read_bool,
+    read_int,
+    read_list,
+    read_object,
+    read_text,
+    read_texts,
+)
 from scheduler.core.clearing_placer import IndexPlacer
 
 USAGE = "usage: python -m scheduler.clearing < clearing.json"
@@ -39,14 +48,6 @@ BID_KEYS = {"id", "gpus", "hours", "max_price_per_gpu_hour", "gpu_models", "topo
             "submitted_at"}
 TOPOLOGY_KEYS = {"required", "preferred", "slice"}
 MODES = ("auction", "on_demand")
-
-
-def _int(value: Any, field: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidInput(field, "must be an integer")
-    if value < minimum:
-        raise InvalidInput(field, f"must be at least {minimum}")
-    return value
 
 
 def _price(value: Any, field: str) -> int:
@@ -64,7 +65,7 @@ def parse_node(raw: Any, position: int, levels: Sequence[str]) -> NodeOffer:
         raise InvalidInput(f"{field}.labels", "must be an object")
     for level in levels[:-1]:
         read_text(labels.get(level), f"{field}.labels.{level}")
-    free = _int(raw.get("free_gpus"), f"{field}.free_gpus", 0)
+    free = read_int(raw.get("free_gpus"), f"{field}.free_gpus", too_small="must be at least 0")
     gpu_model = read_text(raw.get("gpu_model"), f"{field}.gpu_model")
     if ("reserve_prices" in raw) == ("reserve_price" in raw):
         raise InvalidInput(f"{field}.reserve_prices",
@@ -116,7 +117,7 @@ def parse_topology(raw: Any, field: str, levels: Sequence[str]) -> Topology:
     size = level = None
     if raw.get("slice") is not None:
         raw_slice = read_object(raw["slice"], f"{field}.slice", {"size", "level"})
-        size = _int(raw_slice.get("size"), f"{field}.slice.size", 1)
+        size = read_int(raw_slice.get("size"), f"{field}.slice.size", minimum=1)
         level = read_text(raw_slice.get("level"), f"{field}.slice.level", optional=True)
     topology = Topology(
         required=read_text(raw.get("required"), f"{field}.required", optional=True),
@@ -136,7 +137,7 @@ def parse_bid(raw: Any, position: int, levels: Sequence[str]) -> Bid:
     if isinstance(raw_id, int) and not isinstance(raw_id, bool):
         raw_id = str(raw_id)
     bid_id = read_text(raw_id, f"{field}.id")
-    gpus = _int(raw.get("gpus"), f"{field}.gpus", 1)
+    gpus = read_int(raw.get("gpus"), f"{field}.gpus", minimum=1)
     models = raw.get("gpu_models")
     topology = parse_topology(raw.get("topology"), f"{field}.topology", levels)
     if topology.slice_size is not None and gpus % topology.slice_size:
@@ -153,35 +154,30 @@ def parse_bid(raw: Any, position: int, levels: Sequence[str]) -> Bid:
     )
 
 
+def _refuse_repeats(names: list[str], field: str, what: str) -> None:
+    """The first name seen before is refused at its position (`field` has a `{}` for it)."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InvalidInput(field.format(i), f"duplicate {what} {name!r}")
+        seen.add(name)
+
+
 def parse_document(document: Any) -> tuple[list[str], list[NodeOffer], list[Bid], str, bool]:
     document = read_object(document, "input", DOCUMENT_KEYS)
     levels = read_texts(document.get("levels"), "levels")
     if not levels or len(set(levels)) != len(levels):
         raise InvalidInput("levels", "must name distinct levels, the node level last")
-    raw_nodes = document.get("nodes")
-    if not isinstance(raw_nodes, list):
-        raise InvalidInput("nodes", "must be a list")
+    raw_nodes = read_list(document.get("nodes"), "nodes")
     nodes = [parse_node(raw, i, levels) for i, raw in enumerate(raw_nodes)]
-    seen: set[str] = set()
-    for i, node in enumerate(nodes):
-        if node.name in seen:
-            raise InvalidInput(f"nodes[{i}].name", f"duplicate node {node.name!r}")
-        seen.add(node.name)
-    raw_bids = document.get("bids")
-    if not isinstance(raw_bids, list):
-        raise InvalidInput("bids", "must be a list")
+    _refuse_repeats([node.name for node in nodes], "nodes[{}].name", "node")
+    raw_bids = read_list(document.get("bids"), "bids")
     bids = [parse_bid(raw, i, levels) for i, raw in enumerate(raw_bids)]
-    ids: set[str] = set()
-    for i, bid in enumerate(bids):
-        if bid.id in ids:
-            raise InvalidInput(f"bids[{i}].id", f"duplicate bid {bid.id!r}")
-        ids.add(bid.id)
+    _refuse_repeats([bid.id for bid in bids], "bids[{}].id", "bid")
     mode = document.get("mode", "auction")
     if mode not in MODES:
         raise InvalidInput("mode", f"must be one of {', '.join(MODES)}")
-    exact = document.get("exact", True)
-    if not isinstance(exact, bool):
-        raise InvalidInput("exact", "must be true or false")
+    exact = read_bool(document.get("exact", True), "exact")
     return levels, nodes, bids, mode, exact
 
 

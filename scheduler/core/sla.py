@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from billing.core.money import divide_rounded
+
 Span = tuple[datetime, datetime]
 
 
@@ -96,14 +98,9 @@ def breaches_availability(down_gpu_seconds: int, lease_gpu_seconds: int,
     return down_gpu_seconds * 10_000 > (10_000 - target_bp) * lease_gpu_seconds
 
 
-def _rounded(numerator: int, denominator: int) -> int:
-    return int((Decimal(numerator) / Decimal(denominator)).quantize(Decimal(1),
-                                                                  rounding=ROUND_HALF_EVEN))
-
-
 def downtime_credit_micros(down_gpu_seconds: int, price_micros: int, multiplier: int) -> int:
     """Down GPU-hours × price per GPU-hour × multiplier, rounded half to even."""
-    return _rounded(down_gpu_seconds * price_micros * multiplier, 3600)
+    return divide_rounded(down_gpu_seconds * price_micros * multiplier, 3600)
 
 
 def activation_credit_micros(price_micros: int, gpus: int) -> int:

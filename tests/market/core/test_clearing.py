@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from billing.core.money import MICROS_PER_DOLLAR, to_micros
 from market.core.clearing import (
     EXACT_MAX_BIDS,
     Bid,
@@ -315,6 +316,15 @@ def test_money_is_decimal_text_in_and_integer_micro_dollars_inside():
     for bad in ("2.1234567", "abc", "-1", "NaN"):
         with pytest.raises(InvalidInput):
             micros(bad)
+
+
+def test_half_a_micro_dollar_rounds_to_even_as_all_money_in_ibex_does():
+    # 5 micro-dollars an hour for half an hour is 2.5 micro-dollars: half-up would say 3
+    assert dollars(Decimal("2.5")) == Decimal("0.000002")
+    assert dollars(Decimal("3.5")) == Decimal("0.000004")
+    assert dollars(Decimal("-2.5")) == Decimal("-0.000002")
+    # the same answer billing's own parser gives for the same half micro-dollar
+    assert dollars(Decimal("2.5")) == Decimal(to_micros("0.0000025")) / MICROS_PER_DOLLAR
 
 
 # --- exact welfare --------------------------------------------------------------------------
