@@ -14,10 +14,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.postgres.fields import DateTimeRangeField
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.db.models import DateTimeField, F, Func, Max, OuterRef, Q, Subquery, Value
 from django.utils import timezone
+from psycopg import errors
 
 from billing import services as money
 from billing.core.money import to_dollars
@@ -143,12 +144,22 @@ def _gpus_must_be_free(message: str) -> Iterator[None]:
     """Write allocations inside: when the exclusion constraint finds one of their GPUs in
     another allocation at the same time, the writes are undone (a savepoint, so the caller's
     transaction goes on) and GpusUnavailable(message) says so. PostgreSQL decides, not a check
-    made before the insert, so two workers racing for one GPU cannot both win."""
+    made before the insert, so two workers racing for one GPU cannot both win.
+
+    Two transactions inserting allocations of one GPU at the same instant each wait for the
+    other's row while checking the constraint, and PostgreSQL breaks the tie by failing one as
+    a deadlock: for that one, too, another lease took the GPU (its savepoint is undone alone)."""
     try:
         with transaction.atomic():
             yield
     except IntegrityError as exc:
         if "no_gpu_in_two_overlapping_allocations" not in str(exc):
+            raise
+        raise GpusUnavailable(message) from None
+    except OperationalError as exc:
+        if not (isinstance(exc.__cause__, errors.DeadlockDetected)
+                and 'exclusion constraint on tuple' in str(exc)
+                and f'"{Allocation._meta.db_table}"' in str(exc)):
             raise
         raise GpusUnavailable(message) from None
 
