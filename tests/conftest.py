@@ -119,15 +119,90 @@ def celery_worker_session(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture
-def celery_worker_process(celery_worker_session):
+def celery_worker_process(celery_worker_session, request):
     """The session's worker, with this test's tasks routed to it. Only tests that ask for it
     send it work: another test's outbox message must not run in the worker while that test
-    (or its teardown's flush) still holds the rows."""
+    (or its teardown's flush) still holds the rows.
+
+    The test's work can outlive its body: a task the test waited on records events whose
+    `fan_out_events` it queues, to the worker's own queue, after its commit; a retry waits in
+    the worker for its countdown. Such a task, still running when pytest-django's flush of a
+    transactional test TRUNCATEs every table, takes its locks table by table while the TRUNCATE
+    takes its own in another order: a deadlock that fails the test's teardown (or the task). So
+    the teardown stops sending here, then empties the worker (`_quiesce`), before the flush."""
+    # The database fixture's teardown (flush or rollback) must come after ours: set it up first
+    # when the test asked for it by argument (a marker or `live_server` sets it up autouse,
+    # hence before us, already).
+    for name in ("transactional_db", "db"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name)
     process, queue = celery_worker_session
     previous_queue = celery_app.conf.task_default_queue
     celery_app.conf.task_default_queue = queue
     yield process
     celery_app.conf.task_default_queue = previous_queue
+    if process.poll() is None:
+        _quiesce(queue)
+
+
+WORKER_QUIESCE_TIMEOUT_S = 60
+
+
+def _quiesce(queue: str) -> None:
+    """Return once nothing of this test's is queued for, held by or running in the worker.
+
+    A barrier, not a wait: each round purges the worker's queues between two snapshots of the
+    worker (its count of tasks started, and what it runs, holds or has scheduled) and revokes
+    what it holds but has not started (a retry's countdown, a prefetched message). It is done
+    when the purge found nothing, nothing ran at either snapshot and no task started between
+    them: nothing was running that could queue more, the queues were empty in between, and the
+    test itself no longer routes here, so nothing can start afterwards either. (The solo pool
+    answers between tasks only; a task run by the ETA timer shows in `active`.)"""
+    hostname = _hostname(queue)
+    queues = worker_queues(queue)
+    revoked: set[str] = set()
+    deadline = time.monotonic() + WORKER_QUIESCE_TIMEOUT_S
+    before = _worker_snapshot(hostname)
+    while True:
+        purged = _purge(queues)
+        after = _worker_snapshot(hostname)
+        if before is not None and after is not None:
+            held = (after["held"] | before["held"]) - revoked
+            if held:
+                celery_app.control.revoke(sorted(held), destination=[hostname], reply=True,
+                                          timeout=1.0)
+                revoked |= held
+            elif (not purged and not before["active"] and not after["active"]
+                  and before["started"] == after["started"]):
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Celery worker {hostname} is still busy after "
+                               f"{WORKER_QUIESCE_TIMEOUT_S} s: {after or 'no answer'}, "
+                               f"{purged} message(s) purged in the last round")
+        before = after
+
+
+def _worker_snapshot(hostname: str) -> dict | None:
+    """The worker's count of started tasks, the ids it runs and those it holds unstarted;
+    None when it does not answer (the solo pool is busy with a task)."""
+    inspect = celery_app.control.inspect(destination=[hostname], timeout=0.5, limit=1)
+    stats = (inspect.stats() or {}).get(hostname)
+    active = (inspect.active() or {}).get(hostname)
+    reserved = (inspect.reserved() or {}).get(hostname)
+    scheduled = (inspect.scheduled() or {}).get(hostname)
+    if stats is None or active is None or reserved is None or scheduled is None:
+        return None
+    return {"started": sum(stats.get("total", {}).values()),
+            "active": {task["id"] for task in active},
+            "held": ({task["id"] for task in reserved}
+                     | {entry["request"]["id"] for entry in scheduled})}
+
+
+def _purge(queues: list[str]) -> int:
+    """Drop the messages waiting in these queues; how many there were."""
+    with celery_app.connection_for_write() as conn:
+        channel = conn.default_channel
+        return sum(channel.queue_purge(name) or 0 for name in queues)
 
 
 def _hostname(queue: str) -> str:

@@ -69,11 +69,28 @@ class FakeStripe:
         self.lock = threading.Lock()
         self.webhook_url: str | None = None
         self.webhook_secret: str | None = None
+        self._deliveries: list[threading.Thread] = []
+        self._deliveries_lock = threading.Lock()  # taken inside `lock` (handle → _send_later)
         self.reset()
 
     def deliver_webhooks_to(self, url: str | None, secret: str | None) -> None:
         """Send the events a card confirmation causes to this URL, signed, as Stripe does."""
         self.webhook_url, self.webhook_secret = url, secret
+
+    def wait_for_deliveries(self, timeout: float = 15.0) -> None:
+        """Return once every webhook sent so far has been answered (or has given up).
+
+        A delivery is a request to the live server, whose handler writes to the test database;
+        one still in flight when the test's flush TRUNCATEs the tables deadlocks with it (the
+        declined-card test ends on the page's error, before the `payment_failed` webhook that
+        the fake sends 0.2 s later has been handled)."""
+        with self._deliveries_lock:
+            deliveries, self._deliveries = self._deliveries, []
+        for delivery in deliveries:
+            delivery.join(timeout)
+            if delivery.is_alive():
+                raise RuntimeError(f"a webhook to {self.webhook_url} is still unanswered "
+                                   f"after {timeout} s")
 
     def reset(self):
         self.objects: dict[str, dict] = {}
@@ -276,7 +293,10 @@ class FakeStripe:
             except OSError:  # the test (and its live server) ended first; Stripe would retry
                 pass
 
-        threading.Thread(target=send, daemon=True).start()
+        delivery = threading.Thread(target=send, daemon=True)
+        with self._deliveries_lock:
+            self._deliveries.append(delivery)
+        delivery.start()
 
     def _create_refund(self, params, account):
         intent = self.objects.get(params.get("payment_intent", ""))

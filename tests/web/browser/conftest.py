@@ -80,3 +80,6 @@ def stripe_in_the_browser(live_server, settings):
                                            WEBHOOK_SECRET)
     yield STRIPE_SERVER.fake
     STRIPE_SERVER.fake.deliver_webhooks_to(None, None)
+    # Torn down before the test's flush (this fixture is set up after the live server's
+    # transactional_db): the webhooks the test caused are handled before the tables go.
+    STRIPE_SERVER.fake.wait_for_deliveries()
