@@ -232,6 +232,22 @@ class StartWindowSerializer(StrictSerializer):
         return attrs
 
 
+class WorkloadSerializer(StrictSerializer):
+    """The shape of a workload; market.core.workloads checks the rest (reserved names, sizes)."""
+
+    command = serializers.ListField(child=serializers.CharField(trim_whitespace=False,
+                                                                allow_blank=True),
+                                    min_length=1, max_length=1024,
+                                    help_text="the command line as a list, never through a shell")
+    env = serializers.DictField(child=serializers.CharField(trim_whitespace=False,
+                                                            allow_blank=True),
+                                required=False, default=dict,
+                                help_text="variables added to the launch environment (64 KiB)")
+    workdir = serializers.CharField(required=False, default="", allow_blank=True,
+                                    trim_whitespace=False, max_length=255,
+                                    help_text="relative to the lease's home")
+
+
 class OrderCreateSerializer(StrictSerializer):
     gpu_models = serializers.ListField(child=serializers.CharField(max_length=40), min_length=1,
                                        max_length=10)
@@ -256,6 +272,12 @@ class OrderCreateSerializer(StrictSerializer):
         required=False, allow_null=True, default=None,
         help_text="let the scheduler move the lease for planned work (draining a node, "
                   "defragmentation); default: true for spot, false for on-demand and reserved")
+    workload = WorkloadSerializer(required=False, allow_null=True, default=None,
+                                  help_text="what the lease's nodes run, one process per node")
+    ssh_keys = serializers.ListField(
+        child=serializers.CharField(trim_whitespace=False), required=False, default=list,
+        max_length=16, help_text="OpenSSH public keys (ed25519, ecdsa, rsa of 2048 bits or more) "
+                                 "let into the lease's nodes")
 
     def validate_max_price_per_gpu_hour(self, micros):
         if micros < 0:
@@ -282,6 +304,8 @@ class OrderCreateSerializer(StrictSerializer):
             idempotency_key=idempotency_key, pool=data["pool"], queue=data["queue"],
             priority=data["priority"], priority_class=data["priority_class"],
             allow_moves=data["allow_moves"],
+            workload=dict(data["workload"]) if data.get("workload") is not None else None,
+            ssh_keys=list(data["ssh_keys"]),
         )
 
 
@@ -297,7 +321,8 @@ class OrderSerializer(serializers.ModelSerializer):
         model = Order
         fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
                   "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
-                  "priority", "priority_class", "queue_position", "allow_moves", "created_at"]
+                  "priority", "priority_class", "queue_position", "allow_moves", "workload", "ssh_keys",
+                  "created_at"]
 
     @extend_schema_field(StartWindowSerializer(allow_null=True))
     def get_start_window(self, order) -> dict | None:

@@ -152,7 +152,8 @@ def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
         starts_at=start, ends_at=start + timedelta(hours=order.hours), price_micros=price_micros,
         max_price_micros=order.max_price_micros,
         locality=Locality.of(keys).to_json(),
-        actor="market", allow_moves=order.allow_moves,
+        actor="market", allow_moves=order.allow_moves, workload=order.workload,
+        ssh_keys=order.ssh_keys,
         reason=f"order {order.pk} won at {now:%Y-%m-%d %H:%M} UTC's clearing",
     )
 

@@ -168,13 +168,15 @@ def _gpus_must_be_free(message: str) -> Iterator[None]:
 def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[GpuChoice],
                  starts_at: datetime, ends_at: datetime, price_micros: int,
                  max_price_micros: int, locality: dict, actor: str,
-                 allow_moves: bool = False, reason: str = "created") -> Lease:
+                 allow_moves: bool = False, reason: str = "created",
+                 workload: dict | None = None, ssh_keys: list[str] = ()) -> Lease:
     """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable; `reason`
-    says how it was won, for its history."""
+    says how it was won, for its history; `workload` and `ssh_keys` come from its order."""
     lease = Lease.objects.create(
         tenant=tenant, tier=tier, gpu_model=gpu_model, gpu_count=len(gpus),
         price_micros=price_micros, max_price_micros=max_price_micros, starts_at=starts_at,
-        ends_at=ends_at, locality=locality, allow_moves=allow_moves,
+        ends_at=ends_at, locality=locality, allow_moves=allow_moves, workload=workload,
+        ssh_keys=list(ssh_keys),
     )
     LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason=reason)
     period = DateTimeTZRange(starts_at, ends_at)

@@ -88,6 +88,11 @@ class Lease(models.Model):
     allow_moves = models.BooleanField(
         default=False, help_text="the tenant lets the scheduler move it for planned work "
                                  "(draining a node, defragmentation)")
+    workload = models.JSONField(null=True, blank=True,
+                                help_text="what the nodes run: command, env, workdir (from the "
+                                          "order; market.core.workloads)")
+    ssh_keys = ArrayField(models.TextField(), default=list, blank=True,
+                          help_text="OpenSSH public keys let into the lease's nodes")
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -176,6 +181,9 @@ class Order(models.Model):
     fill = models.CharField(max_length=12, choices=Fill.choices, default=Fill.FILL_OR_KILL)
     allow_moves = models.BooleanField(default=False,
                                       help_text="passed on to its lease (Lease.allow_moves)")
+    workload = models.JSONField(null=True, blank=True, help_text="passed on to its lease")
+    ssh_keys = ArrayField(models.TextField(), default=list, blank=True,
+                          help_text="passed on to its lease")
     state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
     reason = models.CharField(max_length=500, blank=True)
     lease = models.OneToOneField(Lease, null=True, blank=True, on_delete=models.SET_NULL,

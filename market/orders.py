@@ -25,7 +25,7 @@ from ibex.accounts.models import Organization
 from ibex.db import retry_on_deadlock
 from ibex.outbox import services as outbox
 from market import leasing, pool_orders
-from market.core import clearing
+from market.core import clearing, workloads
 from market.models import Lease, Order, OrderEvent
 from market.order_states import (
     OS,
@@ -58,6 +58,8 @@ class OrderRequest:
     priority: int = 0
     priority_class: str = ""  # a private pool's named priority (pool.PriorityClass)
     allow_moves: bool | None = None  # None: spot leases may be moved, others not
+    workload: dict | None = None  # what the lease's nodes run (market.core.workloads)
+    ssh_keys: list = field(default_factory=list)  # OpenSSH public keys let into its nodes
 
 
 def allows_moves(request: OrderRequest) -> bool:
@@ -104,6 +106,15 @@ def _check_window(request: OrderRequest, now: datetime) -> None:
                          f"days (by {horizon:%Y-%m-%d %H:%M} UTC)", field="start_window")
 
 
+def work_of(request: OrderRequest) -> tuple[dict | None, list[str]]:
+    """The order's workload and SSH keys as a lease keeps them, or the input at fault."""
+    try:
+        workload = workloads.parse_workload(request.workload)
+        return (workload.as_json() if workload else None), workloads.parse_ssh_keys(request.ssh_keys)
+    except workloads.InvalidWorkload as exc:
+        raise OrderError(exc.message, field=exc.field) from None
+
+
 def _check(request: OrderRequest) -> None:
     _check_models(request)
     _check_size(request)
@@ -118,6 +129,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                                         idempotency_key=request.idempotency_key).first()
         if existing is not None:
             return existing
+    work_of(request)  # refused before anything is looked up or written
     target = None
     if request.pool:
         target = pool_orders.resolve_target(
@@ -158,12 +170,14 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
 
 
 def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) -> Order:
+    workload, ssh_keys = work_of(request)
     order = Order.objects.create(
         tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
         gpus=request.gpus, hours=request.hours, tier=request.tier,
         max_price_micros=request.max_price_micros, topology=request.topology,
         start_earliest=request.start_earliest, start_latest=request.start_latest,
         fill=request.fill, priority=request.priority, allow_moves=allows_moves(request),
+        workload=workload, ssh_keys=ssh_keys,
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
     cost = max_cost_micros(request)
@@ -313,7 +327,7 @@ def _lease_for(order: Order, found: FoundGpus, start, end, actor) -> Lease:
         starts_at=start, ends_at=end, price_micros=found.price_micros(order.max_price_micros),
         max_price_micros=order.max_price_micros, locality=found.locality(), actor=actor,
         reason=f"order {order.pk} matched at posted prices",
-        allow_moves=order.allow_moves,
+        allow_moves=order.allow_moves, workload=order.workload, ssh_keys=order.ssh_keys,
     )
 
 

@@ -111,7 +111,8 @@ def fill_pool_order(*, order: Order, gpus: list[leasing.GpuChoice], gpu_model: s
         tenant=order.tenant, tier=order.tier, gpu_model=gpu_model, gpus=gpus,
         starts_at=starts_at, ends_at=starts_at + timedelta(hours=order.hours), price_micros=0,
         max_price_micros=0, locality=locality, actor=actor,
-        reason=f"order {order.pk} admitted by the pool's quota")
+        reason=f"order {order.pk} admitted by the pool's quota", workload=order.workload,
+        ssh_keys=order.ssh_keys)
     Lease.objects.filter(pk=lease.pk).update(quota_node=order.quota_node_id,
                                              priority=order.priority)
     lease.quota_node_id, lease.priority = order.quota_node_id, order.priority

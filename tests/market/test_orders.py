@@ -1,3 +1,4 @@
+import subprocess
 import threading
 
 import pytest
@@ -315,3 +316,53 @@ def test_ending_a_lease_releases_what_its_hold_did_not_capture(provider, tenant_
 
     assert money.balances_of(tenant).held_micros == 0
     assert Hold.objects.get(order_ref=f"order-{response['id']}").state == "closed"
+
+
+# --- workloads and SSH keys: checked at intake, kept on the order, copied to its lease ---------
+
+WORKLOAD = {"command": ["python3", "train.py", "--epochs", "3"], "env": {"SEED": "7"},
+            "workdir": "runs/first"}
+
+
+@pytest.fixture
+def ed25519_key(tmp_path) -> str:
+    path = tmp_path / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ada@laptop", "-f",
+                    str(path)], check=True)
+    return (tmp_path / "id.pub").read_text().strip()
+
+
+def test_an_orders_workload_and_keys_are_kept_and_copied_to_its_lease(provider, tenant_client,
+                                                                      ed25519_key):
+    response = order(tenant_client, workload=WORKLOAD, ssh_keys=[ed25519_key])
+
+    body = response.json()
+    assert response.status_code == 201, body
+    assert body["workload"] == WORKLOAD and body["ssh_keys"] == [ed25519_key]
+    lease = Lease.objects.get(pk=body["lease"])
+    assert lease.workload == WORKLOAD
+    assert lease.ssh_keys == [ed25519_key]
+
+
+def test_an_order_without_a_workload_has_none(provider, tenant_client):
+    body = order(tenant_client).json()
+
+    assert body["workload"] is None and body["ssh_keys"] == []
+    assert Lease.objects.get(pk=body["lease"]).workload is None
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"workload": {"command": "python3 train.py"}}, "workload.command"),
+    ({"workload": {"command": ["python3"], "env": {"NODE_RANK": "0"}}}, "workload.env.NODE_RANK"),
+    ({"workload": {"command": ["python3"], "workdir": "../etc"}}, "workload.workdir"),
+    ({"workload": {"command": ["python3"], "shell": True}}, "workload.shell"),
+    ({"ssh_keys": ["ssh-dss AAAAB3NzaC1kc3MAAACBAP8="]}, "ssh_keys.0"),
+    ({"ssh_keys": ["not a key"]}, "ssh_keys.0"),
+])
+def test_a_bad_workload_or_key_is_a_400_naming_the_field_and_records_nothing(
+        provider, tenant_client, changes, field):
+    response = order(tenant_client, **changes)
+
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["error"]["fields"]
+    assert Order.objects.count() == 0 and Lease.objects.count() == 0
