@@ -129,7 +129,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                                         idempotency_key=request.idempotency_key).first()
         if existing is not None:
             return existing
-    work_of(request)  # refused before anything is looked up or written
+    workload, ssh_keys = work_of(request)  # refused before anything is looked up or written
     target = None
     if request.pool:
         target = pool_orders.resolve_target(
@@ -147,7 +147,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     try:
         with transaction.atomic():
             try:
-                order = _create_and_hold(tenant, request, actor)
+                order = _create_and_hold(tenant, request, actor, workload, ssh_keys)
             except OrderError:
                 if check_unless_filled:
                     _check_size(request)  # bad input is named before a money refusal
@@ -169,8 +169,8 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     return order
 
 
-def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str) -> Order:
-    workload, ssh_keys = work_of(request)
+def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str,
+                     workload: dict | None, ssh_keys: list[str]) -> Order:
     order = Order.objects.create(
         tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
         gpus=request.gpus, hours=request.hours, tier=request.tier,
