@@ -25,6 +25,20 @@ def analyze_after_bulk_load(*models, rows: int) -> None:
             cursor.execute(f'ANALYZE "{model._meta.db_table}"')
 
 
+def lock_until_commit(*names: str) -> None:
+    """Take PostgreSQL advisory locks on `names`, in sorted order so that two callers naming
+    the same locks never deadlock; they are released when the surrounding transaction ends.
+
+    For work that reads shared state and then writes what it decided from it (matching an
+    order against the free GPUs): a second caller waits and then reads what the first wrote,
+    instead of deciding from the same stale picture and losing at the constraint."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_until_commit needs a transaction to hold the lock until")
+    with connection.cursor() as cursor:
+        for name in sorted(set(names)):
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
 DEADLOCK_RETRIES = 3
 
 

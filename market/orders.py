@@ -22,7 +22,7 @@ from billing import services as money
 from billing.core.money import divide_rounded
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.accounts.models import Organization
-from ibex.db import retry_on_deadlock
+from ibex.db import lock_until_commit, retry_on_deadlock
 from ibex.outbox import services as outbox
 from market import leasing, pool_orders
 from market.core import clearing, workloads
@@ -290,7 +290,14 @@ def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
 
 
 def match_on_demand(*, order: Order, actor: str) -> Order:
-    """Fill the order now at posted prices, or refuse it / let it rest, saying why."""
+    """Fill the order now at posted prices, or refuse it / let it rest, saying why.
+
+    On-demand orders for one GPU model are matched one at a time (a lock held to the commit):
+    orders arriving together would otherwise all pick the same cheapest GPUs, one would win at
+    the exclusion constraint and the others would be refused although GPUs were left. The
+    constraint still decides against auctions and moves, which take no such lock: hence the
+    retries."""
+    lock_until_commit(*(f"market.on_demand.{model}" for model in order.gpu_models))
     for _attempt in range(PLACEMENT_RETRIES):
         start = timezone.now()
         end = start + timedelta(hours=order.hours)

@@ -133,7 +133,8 @@ def test_a_filled_on_demand_order_takes_a_bounded_number_of_queries(
         provider, tenant_client, django_assert_max_num_queries):
     order(tenant_client, gpus=1)  # the first request warms per-process state (API key, etc.)
 
-    with django_assert_max_num_queries(32):  # one read of the free GPUs, no size aggregate
+    # one read of the free GPUs, no size aggregate; one lock per GPU model named
+    with django_assert_max_num_queries(33):
         response = order(tenant_client, gpus=1)
 
     assert response.json()["state"] == "filled"
@@ -233,6 +234,9 @@ def test_200_tenants_ordering_the_last_gpus_at_once_never_share_one():
     assert failures == []
     assert outcomes.count("filled") == 4
     assert outcomes.count("refused") == 196
+    # refused because the GPUs were sold, never because another order crossed it
+    assert set(Order.objects.filter(state="refused").values_list("reason", flat=True)) == {
+        "only 0 of 4 GPUs fit"}
     gpu_ids = list(Allocation.objects.values_list("gpu_id", flat=True))
     assert len(gpu_ids) == len(set(gpu_ids)) == 16
 
