@@ -191,6 +191,8 @@ REST_FRAMEWORK = {
         "keys": os.environ.get("THROTTLE_KEYS", "30/hour"),  # key creation, per organisation
         # per node; a node beats every second while a lease starts on it (BINDING_ACK_INTERVAL_S)
         "heartbeat": os.environ.get("THROTTLE_HEARTBEAT", "120/min"),
+        # per node: one shipment a second for each of its running leases
+        "node_logs": os.environ.get("THROTTLE_NODE_LOGS", "1200/min"),
     },
 }
 
@@ -216,6 +218,8 @@ SPECTACULAR_SETTINGS = {
         "NodeDrainMode": "pool.models.Node.DrainMode",
         "GpuHealth": "pool.models.Gpu.Health",
         "LocalityLevel": "fabric.core.locality.CONSTRAINT_LEVELS",
+        "WorkloadState": "pool.core.workloads.WORKLOAD_STATES",
+        "RankState": "pool.core.workloads.RANK_STATES",
     },
 }
 
@@ -266,6 +270,12 @@ MARKET_HORIZON_DAYS = env_int("MARKET_HORIZON_DAYS", 90)
 HEARTBEAT_GRACE_S = env_int("HEARTBEAT_GRACE_S", 10)
 # A heartbeat answer that asks a node to start a lease asks for the next heartbeat this soon.
 BINDING_ACK_INTERVAL_S = env_int("BINDING_ACK_INTERVAL_S", 1)
+# A heartbeat that says `wait_s` is held at most this long, until work arrives for its node;
+# each web process holds at most HEARTBEAT_MAX_WAITERS at once (the others answer at once).
+HEARTBEAT_MAX_WAIT_S = env_int("HEARTBEAT_MAX_WAIT_S", 30)
+HEARTBEAT_MAX_WAITERS = env_int("HEARTBEAT_MAX_WAITERS", 8)
+# What a lease's rank keeps of its command's output (older lines are dropped).
+WORKLOAD_LOG_BYTES = env_int("WORKLOAD_LOG_BYTES", 10 * 1024 * 1024)
 PROVIDER_BURN_IN_S = env_int("PROVIDER_BURN_IN_S", 600)
 CELERY_BEAT_SCHEDULE.update({
     "mark-unreachable-nodes": {"task": "pool.mark_unreachable_nodes", "schedule": 15.0},

@@ -6,7 +6,7 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
@@ -19,6 +19,8 @@ from ibex.api.pagination import CursorPagination
 from ibex.api.throttles import OrderThrottle
 from market import leasing, orders, prices
 from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
+from pool import workloads as pool_workloads
+from pool.core.workloads import WORKLOAD_STATES
 from pool.models import GpuModel
 
 # --- prices -------------------------------------------------------------------------------------
@@ -127,6 +129,38 @@ class LocalitySerializer(serializers.Serializer):
     max_hops = serializers.IntegerField()
 
 
+class RankSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    node_rank = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=WORKLOAD_STATES)
+    exit_code = serializers.IntegerField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+
+class LeaseWorkloadSerializer(serializers.Serializer):
+    command = serializers.ListField(child=serializers.CharField())
+    env = serializers.DictField(child=serializers.CharField())
+    workdir = serializers.CharField(allow_blank=True)
+    state = serializers.ChoiceField(choices=WORKLOAD_STATES)
+    nodes = RankSerializer(many=True)
+
+
+class LeaseAccessSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    ssh = serializers.CharField(allow_null=True)
+
+
+class LeaseLogSerializer(serializers.Serializer):
+    node_rank = serializers.IntegerField()
+    node = serializers.CharField()
+    lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
+    cursor = serializers.CharField(help_text="pass it back as `since` for the lines after these")
+    dropped = serializers.IntegerField(help_text="lines lost before these (trimmed to the "
+                                                 "rank's last 10 MiB, or lost by the agent)")
+    more = serializers.BooleanField(help_text="more lines are ready: ask again at once")
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     price_per_gpu_hour = DollarsField(source="price_micros")
     max_price_per_gpu_hour = DollarsField(source="max_price_micros")
@@ -134,12 +168,37 @@ class LeaseSerializer(serializers.ModelSerializer):
     locality = serializers.SerializerMethodField()
     ended_at = serializers.SerializerMethodField()
     events = LeaseEventSerializer(many=True)
+    workload = serializers.SerializerMethodField()
+    access = serializers.SerializerMethodField()
 
     class Meta:
         model = Lease
         fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
-                  "ended_at", "preempt_at", "allow_moves", "created_at", "events"]
+                  "ended_at", "preempt_at", "allow_moves", "created_at", "events", "workload",
+                  "access"]
+
+    def _bindings(self, lease) -> list:
+        known = self.context.get("bindings")
+        if known is not None and lease.reference in known:
+            return known[lease.reference]
+        return pool_workloads.bindings_by_lease([lease.reference])[lease.reference]
+
+    @extend_schema_field(LeaseWorkloadSerializer(allow_null=True))
+    def get_workload(self, lease) -> dict | None:
+        """What its nodes run and each rank's state (docs/workloads.md); null without a
+        command."""
+        view = pool_workloads.workload_view(self._bindings(lease), lease.workload)
+        if view is not None:
+            view = LeaseWorkloadSerializer(view).data
+        return view
+
+    @extend_schema_field(LeaseAccessSerializer(many=True))
+    def get_access(self, lease) -> list[dict]:
+        """Per node it runs on, the SSH command that logs in (null where the node offers no
+        SSH or the lease brought no keys)."""
+        return pool_workloads.access_view(self._bindings(lease), lease.reference,
+                                          bool(lease.ssh_keys))
 
     @extend_schema_field(LeaseGpuSerializer(many=True))
     def get_gpus(self, lease) -> list[dict]:
@@ -186,6 +245,36 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             "events", Prefetch("allocations", queryset=leasing.allocations_in_force_with_places(),
                                to_attr="in_force"))
         return leases if org.is_operator else leases.filter(tenant=org)
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        leases = page if page is not None else list(self.filter_queryset(self.get_queryset()))
+        # every lease's bindings in one query, not one per lease
+        context = {**self.get_serializer_context(),
+                   "bindings": pool_workloads.bindings_by_lease(lease.reference for lease in leases)}
+        data = LeaseSerializer(leases, many=True, context=context).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("node_rank", int, description="the rank (0..n-1); default 0"),
+            OpenApiParameter("since", str, description="the cursor of the previous page"),
+        ],
+        responses=LeaseLogSerializer, summary="A rank's output: tail it with the cursor")
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        lease = self.get_object()
+        node_rank = request.query_params.get("node_rank", "0")
+        if not node_rank.isdigit() or int(node_rank) > 10_000:
+            raise ValidationError({"node_rank": ["Must be a whole number from 0."]})
+        try:
+            page = pool_workloads.read_log(lease_ref=lease.reference, node_rank=int(node_rank),
+                                           since=request.query_params.get("since"))
+        except pool_workloads.BadCursor as exc:
+            raise ValidationError({"since": [str(exc)]}) from None
+        except pool_workloads.NoSuchRank as exc:
+            raise ValidationError({"node_rank": [str(exc)]}) from None
+        return Response(LeaseLogSerializer(page).data)
 
     @extend_schema(request=None, responses=LeaseSerializer, summary="End the lease now")
     @action(detail=True, methods=["post"])

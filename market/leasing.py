@@ -31,6 +31,7 @@ from ibex.statemachine import StateMachine, transition
 from market.models import Allocation, Lease, LeaseEvent, Order
 from market.order_states import release_order_hold
 from pool import services as pool
+from pool import workloads as pool_workloads
 from pool.models import Gpu, Node, Pool
 
 S = Lease.State
@@ -391,6 +392,7 @@ def give_notice(*, lease: Lease, reason: str, now: datetime, actor: str,
     notice_at = now + timedelta(seconds=settings.PREEMPTION_NOTICE_S)
     Lease.objects.filter(pk=lease.pk).update(preempt_at=notice_at)
     lease.preempt_at = notice_at
+    pool_workloads.give_notice(lease_ref=lease.reference, until=notice_at)
     return lease
 
 

@@ -15,9 +15,10 @@ from ibex.accounts.api import StrictSerializer
 from ibex.accounts.models import Organization
 from ibex.accounts.permissions import ReadOrProvide, organization_of
 from ibex.api.errors import ApiError
-from ibex.api.throttles import HeartbeatThrottle
-from pool import quotas, services
+from ibex.api.throttles import HeartbeatThrottle, NodeLogsThrottle
+from pool import quotas, services, workloads
 from pool.core import quotas as core
+from pool.core.workloads import RANK_STATES
 from pool.models import Gpu, GpuModel, Node, Pool, PriorityClass, TidalRun
 
 MAX_BULK_NODES = 1000
@@ -156,6 +157,54 @@ class HeartbeatSerializer(serializers.Serializer):
                                     default=list, max_length=256)
 
 
+class RuntimeReportSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=Node.Runtime.values)
+    address = serializers.CharField(max_length=253, required=False, allow_blank=True)
+    ssh_port = serializers.IntegerField(min_value=1, max_value=65535, required=False,
+                                        allow_null=True)
+
+
+class WorkloadReportSerializer(serializers.Serializer):
+    lease = serializers.CharField(max_length=64)
+    generation = serializers.IntegerField(min_value=0)
+    state = serializers.ChoiceField(choices=RANK_STATES)
+    exit_code = serializers.IntegerField(required=False, allow_null=True)
+    started_at = serializers.DateTimeField(required=False, allow_null=True)
+    ended_at = serializers.DateTimeField(required=False, allow_null=True)
+    master_port = serializers.IntegerField(min_value=1, max_value=65535, required=False,
+                                           allow_null=True)
+    error = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
+class HeartbeatWithWorkSerializer(HeartbeatSerializer):
+    runtime = RuntimeReportSerializer(required=False)
+    workloads = WorkloadReportSerializer(many=True, required=False, max_length=256)
+    wait_s = serializers.FloatField(min_value=0, max_value=300, required=False,
+                                    help_text="hold the answer this long (at most the server's "
+                                              "HEARTBEAT_MAX_WAIT_S) until there is work")
+
+
+class LogShipmentSerializer(StrictSerializer):
+    lease = serializers.CharField(max_length=64)
+    generation = serializers.IntegerField(min_value=0)
+    from_line = serializers.IntegerField(min_value=0)
+    lines = serializers.ListField(child=serializers.CharField(
+        max_length=workloads.LINE_MAX_BYTES, allow_blank=True, trim_whitespace=False),
+        max_length=100_000)
+
+    def validate_lines(self, lines):
+        if sum(len(line.encode()) for line in lines) > workloads.REQUEST_MAX_BYTES:
+            raise serializers.ValidationError(
+                f"At most {workloads.REQUEST_MAX_BYTES} bytes of lines per request.")
+        if any("\x00" in line for line in lines):
+            raise serializers.ValidationError("Lines may not contain NUL characters.")
+        return lines
+
+
+class LogShipmentAnswerSerializer(serializers.Serializer):
+    next_line = serializers.IntegerField()
+
+
 class HeartbeatAnswerSerializer(serializers.Serializer):
     interval_s = serializers.IntegerField()
     node_state = serializers.CharField()
@@ -274,7 +323,7 @@ def parse_heartbeat(data) -> dict:
     the same shape for the schema)."""
     if not isinstance(data, dict):
         raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-    unknown = set(data) - {"gpus", "ib_ports", "serving"}
+    unknown = set(data) - {"gpus", "ib_ports", "serving", "runtime", "workloads", "wait_s"}
     if unknown:
         raise serializers.ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
     gpus = data.get("gpus")
@@ -298,7 +347,25 @@ def parse_heartbeat(data) -> dict:
     if not isinstance(serving, list) or len(serving) > 256 or not all(
             isinstance(ref, str) and 0 < len(ref) <= 64 for ref in serving):
         raise serializers.ValidationError({"serving": ["Expected a list of lease ids."]})
-    return {"gpus": parsed, "ib_ports": ports, "serving": serving}
+    parsed = {"gpus": parsed, "ib_ports": ports, "serving": serving}
+    if data.get("runtime") is not None or data.get("workloads") or "wait_s" in data:
+        parsed.update(_parse_work(data))
+    return parsed
+
+
+def _parse_work(data: dict) -> dict:
+    """The workload part of a heartbeat (docs/workloads.md): rare enough for a serializer."""
+    work = HeartbeatWithWorkSerializer(data={
+        "gpus": [], **{k: data[k] for k in ("runtime", "workloads", "wait_s") if k in data}})
+    work.is_valid(raise_exception=True)
+    runtime = work.validated_data.get("runtime")
+    if runtime and runtime.get("ssh_port") and runtime["kind"] != Node.Runtime.SSH:
+        raise serializers.ValidationError({"runtime.ssh_port": ["Only an ssh runtime has one."]})
+    if runtime and runtime["kind"] == Node.Runtime.SSH and not runtime.get("ssh_port"):
+        raise serializers.ValidationError({"runtime.ssh_port": ["An ssh runtime needs its port."]})
+    return {"runtime": dict(runtime) if runtime else None,
+            "workloads_reported": [dict(w) for w in work.validated_data.get("workloads", [])],
+            "wait_s": work.validated_data.get("wait_s", 0)}
 
 
 class HeartbeatView(APIView):
@@ -308,25 +375,64 @@ class HeartbeatView(APIView):
     permission_classes = [AllowAny]
     throttle_classes: list = []  # counted per node once its token is checked, in post()
 
-    @extend_schema(request=HeartbeatSerializer, responses=HeartbeatAnswerSerializer,
+    @extend_schema(request=HeartbeatWithWorkSerializer, responses=HeartbeatAnswerSerializer,
                    summary="Heartbeat from a node agent (Authorization: Node <token>)")
     def post(self, request, pk: int):
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Node "):
-            raise AuthenticationFailed("Send the node's token as 'Authorization: Node <token>'.")
-        try:
-            node = services.authenticate_node(pk, header[5:].strip())
-        except services.TokenRefused as exc:
-            raise AuthenticationFailed(str(exc)) from None
+        node = _node_of(request, pk)
         throttle = HeartbeatThrottle()  # after the token, so strangers cannot use a node's allowance
         if not throttle.allow_request(request, self):
             self.throttled(request, throttle.wait())
-        answer = services.record_heartbeat(node=node, **parse_heartbeat(request.data))
+        beat = parse_heartbeat(request.data)
+        wait_s = beat.pop("wait_s", 0)
+        workloads.forget_wakes(node.pk)
+        answer = services.record_heartbeat(node=node, **beat)
+        if wait_s and not answer.actions and workloads.wait_for_work(node.pk, wait_s):
+            answer = services.heartbeat_answer(node=node, serving=beat["serving"])
         return Response({"interval_s": answer.interval_s, "node_state": answer.node_state,
                          "actions": answer.actions})
 
     def get_authenticate_header(self, request):
         return "Node"
+
+
+class NodeLogsView(APIView):
+    """A node agent ships a lease's output lines (docs/workloads.md)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes: list = []  # counted per node once its token is checked
+
+    @extend_schema(request=LogShipmentSerializer, responses=LogShipmentAnswerSerializer,
+                   summary="Output lines of a lease's command, from a node agent "
+                           "(Authorization: Node <token>)")
+    def post(self, request, pk: int):
+        node = _node_of(request, pk)
+        throttle = NodeLogsThrottle()
+        if not throttle.allow_request(request, self):
+            self.throttled(request, throttle.wait())
+        shipment = LogShipmentSerializer(data=request.data)
+        shipment.is_valid(raise_exception=True)
+        try:
+            data = shipment.validated_data
+            next_line = workloads.append_log(
+                node=node, lease_ref=data["lease"], generation=data["generation"],
+                from_line=data["from_line"], lines=data["lines"])
+        except workloads.LogRefused as exc:
+            raise NotFound(str(exc)) from None
+        return Response({"next_line": next_line})
+
+    def get_authenticate_header(self, request):
+        return "Node"
+
+
+def _node_of(request, pk: int) -> Node:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Node "):
+        raise AuthenticationFailed("Send the node's token as 'Authorization: Node <token>'.")
+    try:
+        return services.authenticate_node(pk, header[5:].strip())
+    except services.TokenRefused as exc:
+        raise AuthenticationFailed(str(exc)) from None
 
 
 class GpuFilter(django_filters.FilterSet):

@@ -1,5 +1,6 @@
 """The inventory every lease is placed on: GPU models, nodes, GPUs, their health and pools."""
 
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
@@ -47,6 +48,11 @@ class Node(models.Model):
         MOVE = "move", "move leases off at the next safe point"
         RUN_TO_END = "run_to_end", "let leases run to their end"
 
+    class Runtime(models.TextChoices):
+        NONE = "none", "none: serves leases, runs nothing"
+        PROCESS = "process", "process: runs the tenant's command"
+        SSH = "ssh", "ssh: runs the tenant's command and lets it in by SSH"
+
     provider = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="nodes")
     fabric = models.ForeignKey(Fabric, on_delete=models.PROTECT, related_name="nodes")
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="nodes")
@@ -62,6 +68,11 @@ class Node(models.Model):
                                   default=DrainMode.RUN_TO_END,
                                   help_text="what happens to its leases while it drains")
     heartbeat_interval_s = models.PositiveIntegerField(default=15)
+    # what the node's agent offers, as its heartbeats report it (docs/workloads.md)
+    runtime = models.CharField(max_length=8, choices=Runtime.choices, default=Runtime.NONE)
+    address = models.CharField(max_length=253, blank=True,
+                               help_text="how other nodes and tenants reach it, as its agent says")
+    ssh_port = models.PositiveIntegerField(null=True, blank=True)
     inventory_mismatch = models.CharField(
         max_length=300, blank=True,
         help_text="how the GPUs its agent reports differ from its registration; empty when "
@@ -169,14 +180,54 @@ class Binding(models.Model):
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # What the node runs for the lease (docs/workloads.md), null when it runs nothing:
+    # {command, env, workdir, ssh_keys}. Every change of the lease's nodes or GPUs is a new
+    # generation: every rank restarts with the new addresses.
+    launch = models.JSONField(null=True, blank=True)
+    generation = models.PositiveIntegerField(default=0)
+    node_rank = models.PositiveSmallIntegerField(null=True, blank=True)
+    nnodes = models.PositiveSmallIntegerField(null=True, blank=True)
+    notice_until = models.DateTimeField(null=True, blank=True,
+                                        help_text="preempted: SIGTERM now, SIGKILL then")
+    # the rank's state, as the node reports it for the current generation
+    workload_state = models.CharField(max_length=8, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    master_port = models.PositiveIntegerField(null=True, blank=True)
+    workload_error = models.CharField(max_length=500, blank=True)
+    log_bytes = models.BigIntegerField(default=0, help_text="its current generation's stored log")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["node", "lease_ref"], name="one_binding_per_node_lease"),
         ]
+        indexes = [models.Index(fields=["lease_ref"])]
 
     def __str__(self):
         return f"{self.lease_ref} on node {self.node_id}"
+
+
+class WorkloadLog(models.Model):
+    """A run of output lines of one rank (a binding's generation), as its agent shipped them.
+    A rank keeps its last WORKLOAD_LOG_BYTES; older runs are deleted."""
+
+    binding = models.ForeignKey(Binding, on_delete=models.CASCADE, related_name="logs")
+    generation = models.PositiveIntegerField()
+    first_line = models.BigIntegerField()
+    lines = ArrayField(models.TextField())
+    size_bytes = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["binding", "generation", "first_line"])]
+
+    def __str__(self):
+        return f"{self.binding} lines {self.first_line}..{self.next_line - 1}"
+
+    @property
+    def next_line(self) -> int:
+        return self.first_line + len(self.lines)
 
 
 class Pool(models.Model):

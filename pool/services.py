@@ -34,6 +34,8 @@ from ibex.audit.services import record_audit
 from ibex.db import analyze_after_bulk_load
 from ibex.errors import Refusal
 from ibex.statemachine import StateMachine, transition
+from pool import workloads
+from pool.core.workloads import ranks_in_order
 from pool.models import Binding, Gpu, GpuModel, HealthEvent, Node, NodeStateChange
 
 TOKEN_PREFIX = "ibexnode"
@@ -327,7 +329,9 @@ _registered_indexes = (Gpu.objects.filter(node_id=OuterRef("pk")).order_by().val
 
 
 def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
-                     serving: list[str], now: datetime | None = None) -> HeartbeatAnswer:
+                     serving: list[str], runtime: dict | None = None,
+                     workloads_reported: list[dict] = (),
+                     now: datetime | None = None) -> HeartbeatAnswer:
     """Take one heartbeat, writing only what changed (metrics go to the cache, not the DB).
 
     Most heartbeats change nothing but the time: one conditional UPDATE that re-checks the
@@ -348,15 +352,41 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
     ).update(last_heartbeat_at=now)
     if not updated:
         node = _record_heartbeat_locked(node, gpus, now)
+    if runtime is not None:
+        _record_runtime(node, runtime)
     cache.set(METRICS_KEY.format(node_id=node.pk),
               {"at": now.isoformat(), "gpus": gpus, "ib_ports": ib_ports}, timeout=3600)
+    return heartbeat_answer(node=node, serving=serving, workloads_reported=workloads_reported,
+                            now=now)
+
+
+def heartbeat_answer(*, node: Node, serving: list[str], workloads_reported: list[dict] = (),
+                     now: datetime | None = None) -> HeartbeatAnswer:
+    """What the node must do now for the leases bound to it (and what it reports of them)."""
+    now = now or timezone.now()
     has_bindings = getattr(node, "has_bindings", True)
-    actions = _reconcile_bindings(node, set(serving), now) if has_bindings or serving else []
+    actions = (_reconcile_bindings(node, set(serving), workloads_reported, now)
+               if has_bindings or serving else [])
     interval = node.heartbeat_interval_s
-    if any(a["action"] == "start" for a in actions):
+    if any(a["action"] == "start" for a in actions) or _waits_for_rank_zero(node):
         # come back soon to say it serves them: its acknowledgement activates the lease
         interval = min(interval, settings.BINDING_ACK_INTERVAL_S)
     return HeartbeatAnswer(interval_s=interval, node_state=node.state, actions=actions)
+
+
+def _waits_for_rank_zero(node: Node) -> bool:
+    return getattr(node, "waiting_ranks", False)
+
+
+def _record_runtime(node: Node, runtime: dict) -> None:
+    """What the node's agent offers (process, ssh, none), written only when it changes."""
+    wanted = {"runtime": runtime["kind"], "address": runtime.get("address") or "",
+              "ssh_port": runtime.get("ssh_port")}
+    changes = {name: value for name, value in wanted.items() if getattr(node, name) != value}
+    if changes:
+        Node.objects.filter(pk=node.pk).update(**changes)
+        for name, value in changes.items():
+            setattr(node, name, value)
 
 
 @transaction.atomic
@@ -444,30 +474,49 @@ def on_bindings_acknowledged(listener: Callable[[list[str]], object]) -> None:
         _acknowledgement_listeners.append(listener)
 
 
-def _reconcile_bindings(node: Node, serving: set[str], now: datetime) -> list[dict]:
+def _reconcile_bindings(node: Node, serving: set[str], reports: list[dict],
+                        now: datetime) -> list[dict]:
     actions = []
     wanted: set[str] = set()
     acknowledged = []
-    for binding in Binding.objects.filter(node=node, stopped_at__isnull=True):
+    bindings = list(Binding.objects.filter(node=node, stopped_at__isnull=True))
+    by_lease = {report["lease"]: report for report in reports}
+    wake = workloads.record_reports(bindings, by_lease) if by_lease else []
+    for binding in bindings:
         if binding.serve:
             wanted.add(binding.lease_ref)
-            if binding.lease_ref in serving:
-                if binding.acknowledged_at is None:
-                    Binding.objects.filter(pk=binding.pk).update(acknowledged_at=now)
-                    acknowledged.append(binding.lease_ref)
-            else:
-                actions.append({"action": "start", "lease": binding.lease_ref,
-                                "gpus": binding.gpu_indexes})
+            if _needs_start(binding, serving, by_lease):
+                action = workloads.start_action(binding)
+                if action is None:
+                    node.waiting_ranks = True
+                else:
+                    actions.append(action)
+            elif binding.acknowledged_at is None:
+                Binding.objects.filter(pk=binding.pk).update(acknowledged_at=now)
+                acknowledged.append(binding.lease_ref)
+            if binding.notice_until is not None and binding.lease_ref in serving:
+                actions.append(workloads.notice_action(binding))
         elif binding.lease_ref not in serving:
             Binding.objects.filter(pk=binding.pk).update(stopped_at=now)
+    stopping = {b.lease_ref: b for b in bindings if not b.serve}
     for lease_ref in sorted(serving - wanted):
-        gpus = Binding.objects.filter(node=node, lease_ref=lease_ref).values_list(
-            "gpu_indexes", flat=True).first() or []
-        actions.append({"action": "stop", "lease": lease_ref, "gpus": gpus})
+        binding = stopping.get(lease_ref) or Binding.objects.filter(
+            node=node, lease_ref=lease_ref).first()
+        actions.append(workloads.stop_action(binding, lease_ref, now))
     if acknowledged:
         for listener in _acknowledgement_listeners:
             listener(acknowledged)
+    workloads.wake_nodes(wake)
     return actions
+
+
+def _needs_start(binding: Binding, serving: set[str], reports: dict[str, dict]) -> bool:
+    """Not served yet, or served with an older launch (the lease moved: a new generation)."""
+    if binding.lease_ref not in serving:
+        return True
+    report = reports.get(binding.lease_ref)
+    return bool(binding.launch) and report is not None and \
+        report["generation"] != binding.generation
 
 
 def mark_unreachable_nodes(*, now: datetime | None = None) -> list[int]:
@@ -502,42 +551,94 @@ def bind_lease(*, node: Node, lease_ref: str, gpu_indexes: list[int]) -> Binding
         node=node, lease_ref=lease_ref,
         defaults={"gpu_indexes": sorted(gpu_indexes), "serve": True, "stopped_at": None},
     )
+    workloads.wake_nodes([node.pk])
     return binding
 
 
 @transaction.atomic
 def unbind_lease(*, node: Node, lease_ref: str) -> None:
     Binding.objects.filter(node=node, lease_ref=lease_ref).update(serve=False)
+    workloads.wake_nodes([node.pk])
 
 
 @transaction.atomic
-def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]]) -> None:
-    """What every node serves of some leases, at once (after the scheduler moved them):
-    lease ref → node id → GPU indexes. The nodes named serve those GPUs; every other node
+def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
+                       launches: dict[str, dict | None] | None = None) -> list[str]:
+    """What every node serves of some leases, at once (after the scheduler placed or moved
+    them): lease ref → node id → GPU indexes. The nodes named serve those GPUs; every other node
     serving one of these leases is told to stop. Unchanged bindings are left alone (their node
-    need not acknowledge again). A few queries however many leases."""
+    need not acknowledge again). A few queries however many leases.
+
+    `launches` (lease ref → {command, env, workdir, ssh_keys}) says what the nodes run for a
+    lease; a lease not named keeps what it ran. A lease that runs something and whose nodes or
+    GPUs change starts a new generation: every rank is restarted with the new addresses.
+    Returns the refs of the leases restarted so."""
     wanted = {ref: {node: sorted(ix) for node, ix in nodes.items()}
               for ref, nodes in wanted.items()}
-    stop, changed, new = [], [], []
+    launches = launches or {}
     existing = {(b.lease_ref, b.node_id): b for b in
                 Binding.objects.select_for_update().filter(lease_ref__in=list(wanted))}
+    restarted = [ref for ref in wanted if _launch_changes(ref, wanted[ref], existing, launches)]
+    hostnames = dict(Node.objects.filter(
+        pk__in={node for nodes in wanted.values() for node in nodes}).values_list("pk", "hostname"))
+    stop, changed, new = [], [], []
     for (ref, node_id), binding in existing.items():
         if binding.serve and node_id not in wanted[ref]:
             stop.append(binding.pk)
     for ref, nodes in wanted.items():
+        work = launches[ref] if ref in launches else _launch_of(ref, existing)
+        generation = max((b.generation for (r, _), b in existing.items() if r == ref), default=0)
+        ranks = ranks_in_order(hostnames[node] for node in nodes)
         for node_id, indexes in nodes.items():
             binding = existing.get((ref, node_id))
             if binding is None:
-                new.append(Binding(node_id=node_id, lease_ref=ref, gpu_indexes=indexes))
-            elif binding.gpu_indexes != indexes or not binding.serve or binding.stopped_at:
+                binding = Binding(node_id=node_id, lease_ref=ref, gpu_indexes=indexes)
+                new.append(binding)
+            elif binding.gpu_indexes != indexes or not binding.serve or binding.stopped_at \
+                    or ref in restarted:
                 binding.gpu_indexes, binding.serve, binding.stopped_at = indexes, True, None
                 changed.append(binding)
+            if ref in restarted or binding.pk is None:
+                _restart(binding, work, generation + 1 if ref in restarted else generation,
+                         ranks[hostnames[node_id]], len(nodes))
     if stop:
         Binding.objects.filter(pk__in=stop).update(serve=False)
     if changed:
-        Binding.objects.bulk_update(changed, ["gpu_indexes", "serve", "stopped_at"])
+        Binding.objects.bulk_update(changed, ["gpu_indexes", "serve", "stopped_at", *RESTART_FIELDS])
     if new:
         Binding.objects.bulk_create(new)
+    workloads.wake_nodes([node for (ref, node) in existing] +
+                         [node for nodes in wanted.values() for node in nodes])
+    return restarted
+
+
+RESTART_FIELDS = ["launch", "generation", "node_rank", "nnodes", "notice_until", "workload_state",
+                  "exit_code", "started_at", "ended_at", "master_port", "workload_error",
+                  "log_bytes"]
+
+
+def _launch_of(ref: str, existing: dict) -> dict | None:
+    return next((b.launch for (r, _), b in existing.items() if r == ref and b.launch), None)
+
+
+def _launch_changes(ref: str, nodes: dict[int, list[int]], existing: dict,
+                    launches: dict) -> bool:
+    """Whether the lease's ranks must (re)start: it runs something, and what or where changed."""
+    work = launches[ref] if ref in launches else _launch_of(ref, existing)
+    if not work:
+        return False
+    serving = {node: b.gpu_indexes for (r, node), b in existing.items()
+               if r == ref and b.serve and b.stopped_at is None}
+    return serving != nodes or _launch_of(ref, existing) != work
+
+
+def _restart(binding: Binding, work: dict | None, generation: int, rank: int,
+             nnodes: int) -> None:
+    binding.launch, binding.generation = work, generation
+    binding.node_rank, binding.nnodes, binding.notice_until = rank, nnodes, None
+    binding.workload_state, binding.exit_code, binding.master_port = "", None, None
+    binding.started_at = binding.ended_at = None
+    binding.workload_error, binding.log_bytes = "", 0
 
 
 # --- provider burn-in ---------------------------------------------------------------------------

@@ -12,5 +12,6 @@ router.register("quotas", api.QuotaNodeViewSet, basename="quota")
 
 urlpatterns = [
     path("nodes/<int:pk>/heartbeat/", api.HeartbeatView.as_view(), name="node-heartbeat"),
+    path("nodes/<int:pk>/logs/", api.NodeLogsView.as_view(), name="node-logs"),
     *router.urls,
 ]

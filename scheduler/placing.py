@@ -39,7 +39,7 @@ from market.models import Allocation, Lease, Order
 from market.orders import FoundGpus, FreeGpu, find_gpus
 from pool import services as pool
 from pool.core import quotas as quota_core
-from pool.models import Binding, Node
+from pool.models import Binding
 from scheduler.pools import admission
 from scheduler.pools.running import running_of
 
@@ -82,9 +82,18 @@ def place_lease(*, lease_id: int, final: bool = True) -> Lease:
         for node_id, index in Allocation.objects.filter(lease=lease).values_list(
                 "gpu__node_id", "gpu__index"):
             indexes[node_id].append(index)
-        for node in Node.objects.filter(pk__in=list(indexes)).order_by("pk"):
-            pool.bind_lease(node=node, lease_ref=lease.reference, gpu_indexes=indexes[node.pk])
+        pool.set_lease_bindings(wanted={lease.reference: indexes},
+                                launches={lease.reference: launch_of(lease)})
         return lease
+
+
+def launch_of(lease: Lease) -> dict | None:
+    """What the lease's nodes run (docs/workloads.md): its workload and SSH keys, or None."""
+    if not lease.workload and not lease.ssh_keys:
+        return None
+    workload = lease.workload or {}
+    return {"command": workload.get("command"), "env": workload.get("env") or {},
+            "workdir": workload.get("workdir") or "", "ssh_keys": list(lease.ssh_keys)}
 
 
 def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:

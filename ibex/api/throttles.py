@@ -65,3 +65,9 @@ class HeartbeatThrottle(_FailOpen, throttling.SimpleRateThrottle):
 
     def get_cache_key(self, request, view):
         return self.cache_format % {"scope": self.scope, "ident": view.kwargs.get("pk")}
+
+
+class NodeLogsThrottle(HeartbeatThrottle):
+    """Counts log shipments per node: an agent ships each running lease's output every second."""
+
+    scope = "node_logs"

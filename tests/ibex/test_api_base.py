@@ -141,7 +141,8 @@ def test_list_endpoints_default_to_cursor_pagination_and_throttling_is_on(settin
     framework = settings.REST_FRAMEWORK
 
     assert framework["DEFAULT_PAGINATION_CLASS"] == "ibex.api.pagination.CursorPagination"
-    assert set(framework["DEFAULT_THROTTLE_RATES"]) == {"anon", "user", "orders", "keys", "heartbeat"}
+    assert set(framework["DEFAULT_THROTTLE_RATES"]) == {"anon", "user", "orders", "keys", "heartbeat",
+                                                         "node_logs"}
 
 
 def test_the_api_root_links_every_resource_collection(api_client):

@@ -121,5 +121,5 @@ def test_the_answer_asks_the_node_to_stop_an_unbound_lease(registered):
     stop = heartbeat(node_id, token, serving=["L-7"]).json()["actions"]
     heartbeat(node_id, token, serving=[])
 
-    assert stop == [{"action": "stop", "lease": "L-7", "gpus": [0]}]
+    assert stop == [{"action": "stop", "lease": "L-7", "gpus": [0], "grace_s": 30}]
     assert Binding.objects.get().stopped_at is not None
