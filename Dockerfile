@@ -23,4 +23,5 @@ ENV STATIC_ROOT=/app/static WHITENOISE_USE_FINDERS=0
 RUN mkdir -p /app/var && chown ibex /app/var
 USER ibex
 EXPOSE 8000
-CMD ["gunicorn", "ibex.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]
+CMD ["gunicorn", "ibex.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
+     "--worker-class", "gthread", "--threads", "16"]

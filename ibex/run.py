@@ -71,6 +71,9 @@ def children(host: str, port: int) -> dict[str, list[str]]:
         # the access log (every agent heartbeat) goes to a file, not over the terminal
         "web": [python, "-m", "gunicorn", "ibex.wsgi:application", "--bind", f"{host}:{port}",
                 "--workers", os.environ.get("WEB_CONCURRENCY", "2"),
+                # threads: agents hold heartbeats open until work arrives (HEARTBEAT_MAX_WAITERS
+                # of them per process), the other threads keep serving pages and the API
+                "--worker-class", "gthread", "--threads", "16",
                 "--access-logfile", str(var_dir() / "demo" / "access.log")],
         # no -Q: the default queue and every placement partition (scheduler/routing.py)
         "worker": [python, "-m", "celery", "-A", "ibex", "worker", "--loglevel", "info",

@@ -105,7 +105,7 @@ def start_action(binding: Binding) -> dict | None:
     if binding.node_rank != 0 and binding.launch.get("command") and master_port is None:
         return None
     action["launch"] = core.launch_for_rank(
-        binding.launch, generation=binding.generation, node_rank=binding.node_rank or 0,
+        binding.launch, lease_ref=binding.lease_ref, generation=binding.generation, node_rank=binding.node_rank or 0,
         nnodes=binding.nnodes or len(ranks), master_port=master_port,
         node_addrs=[b.node.address or b.node.hostname for b in ranks])
     return action

@@ -21,10 +21,12 @@ def ranks_in_order(hostnames: Iterable[str]) -> dict[str, int]:
     return {name: rank for rank, name in enumerate(sorted(set(hostnames)))}
 
 
-def launch_for_rank(work: dict, *, generation: int, node_rank: int, nnodes: int,
-                    node_addrs: list[str], master_port: int | None) -> dict:
+def launch_for_rank(work: dict, *, lease_ref: str, generation: int, node_rank: int,
+                    nnodes: int, node_addrs: list[str], master_port: int | None) -> dict:
     """The `launch` object of a start action: the tenant's work, and where this rank stands."""
     return {
+        "lease_id": lease_id_of(lease_ref),
+        "user": lease_account(lease_ref),
         "generation": generation,
         "command": work.get("command"),
         "env": dict(work.get("env") or {}),
@@ -60,5 +62,11 @@ def ssh_line(user: str, address: str, port: int) -> str:
 
 
 def lease_account(lease_ref: str) -> str:
-    """The Unix account an agent creates for a lease (docs/workloads.md)."""
-    return f"ibex-l{lease_ref}"
+    """The Unix account an agent creates for a lease (docs/workloads.md): `ibex-l<lease id>`."""
+    return f"ibex-l{lease_id_of(lease_ref) or lease_ref}"
+
+
+def lease_id_of(ref: str) -> str:
+    """The lease id in its reference `L-<id>` (the pool's name for a lease), as text."""
+    prefix, _, number = ref.partition("-")
+    return number if prefix == "L" and number.isdigit() else ref

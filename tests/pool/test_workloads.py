@@ -74,7 +74,7 @@ def test_rank_zero_starts_first_and_picks_the_port_the_other_ranks_are_told(node
     waiting = beat(b)
 
     assert first == [{"action": "start", "lease": "L-1", "gpus": [2, 3], "launch": {
-        "generation": 1, "command": ["python3", "train.py"], "env": {"EPOCHS": "3"},
+        "lease_id": "1", "user": "ibex-l1", "generation": 1, "command": ["python3", "train.py"], "env": {"EPOCHS": "3"},
         "workdir": "runs", "ssh_keys": [], "node_rank": 0, "nnodes": 2,
         "node_addrs": ["10.0.0.1", "10.0.0.2"], "master_addr": "10.0.0.1",
         "master_port": None}}]
