@@ -27,6 +27,7 @@ from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
 from ibex.db import retry_on_deadlock
 from ibex.errors import Refusal
+from ibex.references import lease_id_of
 from ibex.statemachine import StateMachine, transition
 from market.models import Allocation, Lease, LeaseEvent, Order
 from market.order_states import release_order_hold
@@ -317,6 +318,16 @@ def replace_allocations(*, lease: Lease, gpus: list[GpuChoice], gpu_model: str, 
     locked.price_micros = min(price_micros, locked.max_price_micros)
     locked.save(update_fields=["gpu_model", "locality", "price_micros"])
     return locked
+
+
+def record_workload_restarts(*, lease_refs: list[str], actor: str = "scheduler") -> None:
+    """Leases whose nodes changed restart their command on the new nodes with the new
+    addresses (docs/workloads.md): their history says so."""
+    ids = [lease_id for lease_id in map(lease_id_of, lease_refs) if lease_id is not None]
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(lease_id=lease_id, kind="workload_restarted", actor=actor,
+                   reason="moved: the command was stopped on the nodes it left and started "
+                          "again on every node with the new addresses") for lease_id in ids])
 
 
 @dataclass(frozen=True)

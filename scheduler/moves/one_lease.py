@@ -111,4 +111,5 @@ def rebind(lease: Lease) -> None:
     for node_id, index in Allocation.objects.filter(lease=lease, period__contains=now).values_list(
             "gpu__node_id", "gpu__index"):
         wanted[node_id].append(index)
-    pool.set_lease_bindings(wanted={lease.reference: wanted})
+    restarted = pool.set_lease_bindings(wanted={lease.reference: wanted})
+    leasing.record_workload_restarts(lease_refs=restarted)

@@ -98,9 +98,10 @@ def _move(planned: list, index: FreeIndex, outcome: dict[int, str]) -> list:
     try:
         with transaction.atomic():
             leasing.move_many(moves=[m for m, _, _ in planned])
-            pool.set_lease_bindings(wanted={
+            restarted = pool.set_lease_bindings(wanted={
                 m.lease.reference: _bindings_after(h, set(m.away_from), chosen)
                 for m, h, chosen in planned})
+            leasing.record_workload_restarts(lease_refs=restarted)
         outcome.update({m.lease.pk: "moved" for m, _, _ in planned})
     except leasing.GpusUnavailable:
         index.refresh(timezone.now())

@@ -11,9 +11,11 @@ from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
 
 
-def active_lease(client, gpus=8, topology=None, allow_moves=None) -> Lease:
+def active_lease(client, gpus=8, topology=None, allow_moves=None, workload=None) -> Lease:
     order = {"gpu_models": ["H100-80GB"], "gpus": gpus, "hours": 2, "tier": "on_demand",
              "max_price_per_gpu_hour": "3.00", "topology": topology or {"required": "leaf"}}
+    if workload is not None:
+        order["workload"] = workload
     if allow_moves is not None:
         order["allow_moves"] = allow_moves
     body = client.post("/api/v1/orders/", order, format="json").json()
@@ -63,6 +65,21 @@ def test_a_failed_gpu_is_replaced_inside_the_promised_leaf_and_the_nodes_are_tol
     nodes = {b.node_id: b for b in Binding.objects.filter(lease_ref=f"L-{lease.pk}", serve=True)}
     assert first_gpu.index not in nodes[first_gpu.node_id].gpu_indexes
     assert sum(len(b.gpu_indexes) for b in nodes.values()) == 8
+
+
+def test_a_moved_lease_that_runs_a_command_restarts_it_on_every_node_and_says_so(db):
+    client = setup_market()
+    Node.objects.update(runtime="process")
+    lease = active_lease(client, gpus=4, workload={"command": ["python3", "train.py"]})
+    first_gpu = Allocation.objects.filter(lease=lease).first().gpu
+
+    fail(first_gpu)
+    remediation.remediate_leases()
+
+    restarted = LeaseEvent.objects.get(lease=lease, kind="workload_restarted")
+    assert "started again on every node" in restarted.reason
+    ranks = Binding.objects.filter(lease_ref=f"L-{lease.pk}", serve=True)
+    assert {(b.generation, b.launch["command"][1]) for b in ranks} == {(2, "train.py")}
 
 
 def test_without_a_replacement_in_the_leaf_the_lease_is_degraded_not_moved_away(db):
