@@ -49,6 +49,8 @@ RESERVED_ENV = frozenset({
     "NODE_RANK", "NNODES", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA",
 })
+# the one IBEX_* name a tenant sets: how long a simulated agent pretends the command runs
+SIMULATED_SECONDS_ENV = "IBEX_SIMULATED_SECONDS"
 
 WORKLOAD_KEYS = ("command", "env", "workdir")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -149,7 +151,8 @@ def _env_entry(name: Any, value: Any) -> None:
     if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
         raise InvalidWorkload(field, "is not a valid variable name: use letters, digits and "
                                      "underscores, not starting with a digit")
-    if name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV:
+    reserved = name.startswith(RESERVED_ENV_PREFIX) and name != SIMULATED_SECONDS_ENV
+    if reserved or name in RESERVED_ENV:
         raise InvalidWorkload(field, "is set by IBEX on the lease and cannot be overridden "
                                      f"(nor can any {RESERVED_ENV_PREFIX}* name)")
     if not isinstance(value, str):

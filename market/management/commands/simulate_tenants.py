@@ -63,6 +63,10 @@ class Command(BaseCommand):
                 "max_price_per_gpu_hour": f"{rng.uniform(1.5, 4.0):.2f}",
                 "topology": {"preferred": "leaf"}, "fill": "rest" if tier == "spot" else
                 rng.choice(["rest", "fill_or_kill"])}
+        if rng.random() < 0.5:  # a training run the simulated agents pretend to run
+            body["workload"] = {
+                "command": ["python3", "train.py", "--epochs", str(rng.choice([1, 3, 10]))],
+                "env": {"IBEX_SIMULATED_SECONDS": str(rng.choice([60, 300, 1800]))}}
         answer = session.post(f"{api}/api/v1/orders/", json=body, headers=headers, timeout=30)
         state = answer.json().get("state", answer.status_code)
         self.stdout.write(f"{slug}: {tier} {body['gpus']} x {body['gpu_models'][0]} "

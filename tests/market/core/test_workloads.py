@@ -250,6 +250,12 @@ def test_names_ibex_sets_itself_cannot_be_overridden(name):
     assert error.message.startswith("is set by IBEX on the lease and cannot be overridden")
 
 
+def test_the_simulated_run_time_is_the_one_ibex_name_a_tenant_may_set():
+    workload = parse_workload({"command": TRAIN, "env": {"IBEX_SIMULATED_SECONDS": "60"}})
+
+    assert workload.env == {"IBEX_SIMULATED_SECONDS": "60"}
+
+
 def test_the_reserved_names_are_those_of_the_lease_launcher():
     assert RESERVED_ENV == {"NODE_RANK", "NNODES", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
                             "CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA"}
