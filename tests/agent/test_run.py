@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -55,8 +56,10 @@ def test_run_once_posts_a_well_formed_heartbeat(ibex, registered, capsys):
     sent = ibex.requests[-1]
     assert sent.path == f"/api/v1/nodes/{node.id}/heartbeat/"
     assert sent.headers["Authorization"] == f"Node {node.token}"
-    assert set(sent.body) == {"gpus", "ib_ports", "serving"}
+    assert set(sent.body) == {"gpus", "ib_ports", "serving", "runtime", "workloads"}  # no wait_s: --once
     assert sent.body["serving"] == []
+    assert sent.body["runtime"] == {"kind": "none", "address": socket.gethostname(), "ssh_port": None}
+    assert sent.body["workloads"] == []
     assert isinstance(sent.body["gpus"], list) and isinstance(sent.body["ib_ports"], list)
     assert "no GPU readings" in capsys.readouterr().err  # no NVML here: said once, clearly
 
