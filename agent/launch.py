@@ -38,10 +38,13 @@ def parse_launch(data: dict) -> Launch:
     """A launch from the server's JSON; TypeError/ValueError/KeyError if it is malformed."""
     command = data.get("command")
     if command is not None:
-        command = [_text(arg) for arg in command]
+        command = [_text(arg) for arg in _list(command)]
         if not command or not command[0]:
             raise ValueError("empty command")
-    env = {_text(name): _text(value) for name, value in (data.get("env") or {}).items()}
+    env = data.get("env") or {}
+    if not isinstance(env, dict):
+        raise TypeError("env is not an object")
+    env = {_text(name): _text(value) for name, value in env.items()}
     if any(not _ENV_NAME.match(name) for name in env):
         raise ValueError("bad env name")
     workdir = _text(data.get("workdir") or "")
@@ -54,13 +57,19 @@ def parse_launch(data: dict) -> Launch:
         command=command,
         env=env,
         workdir=workdir,
-        ssh_keys=[_text(key) for key in data.get("ssh_keys") or []],
+        ssh_keys=[_text(key) for key in _list(data.get("ssh_keys") or [])],
         node_rank=int(data.get("node_rank") or 0),
         nnodes=int(data.get("nnodes") or 1),
-        node_addrs=[_text(addr) for addr in data.get("node_addrs") or []],
+        node_addrs=[_text(addr) for addr in _list(data.get("node_addrs") or [])],
         master_addr=_text(data["master_addr"]) if data.get("master_addr") else None,
         master_port=int(master_port) if master_port is not None else None,
     )
+
+
+def _list(value: object) -> list:
+    if not isinstance(value, list):
+        raise TypeError("expected a list")
+    return value
 
 
 def _text(value: object) -> str:
