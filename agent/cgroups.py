@@ -15,13 +15,14 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENT = "ibex-agent"
 
 
-def candidates(root: Path = CGROUP_ROOT) -> list[Path]:
+def candidates(root: Path | None = None) -> list[Path]:
+    root = root or CGROUP_ROOT
     v2 = [base for base in (root, root / "unified") if (base / "cgroup.controllers").exists()]
     v1 = [root / name for name in ("pids", "freezer") if (root / name / "cgroup.procs").exists()]
     return v2 + v1
 
 
-def create(name: str, root: Path = CGROUP_ROOT) -> Path | None:
+def create(name: str, root: Path | None = None) -> Path | None:
     """A new (or left-over, reused) cgroup for `name` in the first writable hierarchy."""
     for base in candidates(root):
         path = base / PARENT / name

@@ -2,6 +2,7 @@
 environment, shipped logs, notice and stop, cleanup, and adoption after a restart."""
 
 import os
+import pwd
 import shutil
 import signal
 from datetime import UTC, datetime, timedelta
@@ -9,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from agent import cgroups
+from agent.launch import parse_launch
+from agent.processes import pids_of_uid
+from agent.workloads import Runtime
 from tests.agent.fake_ibex import FakeIbex
 from tests.agent.runtime_helpers import (
     AgentUnderTest,
@@ -116,11 +121,12 @@ def test_the_command_runs_as_the_lease_account_with_the_launch_env_and_its_log_i
     assert agent.node.heartbeats[-1]["runtime"] == {"kind": "process", "address": "127.0.0.1", "ssh_port": None}
     assert "wait_s" in agent.node.heartbeats[-1]
 
+    uids = {stopped: pwd.getpwnam(f"ibex-l{stopped}").pw_uid for stopped in (lease, other)}
     for stopped in (lease, other):
         ibex.queue_action(agent.node.id, "stop", stopped, [], grace_s=2)
     wait_for(lambda: gone(agent, lease) and gone(agent, other), what="both leases dropped")
     for stopped in (lease, other):
-        assert processes_of(stopped) == "" and not account_exists(stopped)
+        assert pids_of_uid(uids[stopped]) == [] and not account_exists(stopped)
         assert not (agent.work_dir / "leases" / f"ibex-l{stopped}").exists()
         assert not list((agent.work_dir / "logs").glob(f"{stopped}.*"))
     assert not Path(f"/tmp/ibex-test-{lease}").exists() and not Path(f"/dev/shm/ibex-test-{lease}").exists()
@@ -203,3 +209,26 @@ def test_a_new_generation_replaces_the_running_one(ibex, leases, agent):
     assert agent.node.log_lines(lease, 1)[0] == "first"
     assert not list((agent.work_dir / "run").glob(f"{lease}.1.*"))
     assert os.path.exists(agent.work_dir / "leases" / f"ibex-l{lease}")
+
+
+def test_without_cgroups_the_process_group_is_signalled_and_stop_kills_what_escaped_it(leases, monkeypatch):
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", Path("/nonexistent-cgroup-root"))
+    work_dir = make_work_dir()
+    runtime = Runtime("process", "127.0.0.1", work_dir, node_id=1)
+    lease = leases()
+    try:
+        runtime.prepare()
+        runtime.start(lease, [0], parse_launch(launch(
+            command=["bash", "-c", "setsid sleep 300 & echo ready; sleep 300"])))
+        assert runtime.workloads[lease].cgroup is None
+        uid = pwd.getpwnam(f"ibex-l{lease}").pw_uid
+        wait_for(lambda: len(pids_of_uid(uid)) >= 2, what="both sleeps (bash execs the last one)")
+
+        runtime.stop(lease, grace_s=5)
+        assert runtime.tearing_down() == {lease}
+        wait_for(lambda: runtime.tick() or lease not in runtime.workloads, what="the lease cleaned up")
+
+        assert pids_of_uid(uid) == [] and not account_exists(lease)
+        assert not (work_dir / "leases" / f"ibex-l{lease}").exists()
+    finally:
+        shutil.rmtree(work_dir.parent, ignore_errors=True)
