@@ -234,6 +234,10 @@ def command_run(args: argparse.Namespace) -> int:
         records=state.workloads,
         rails=read_ib_ports,
     )
+    if args.work_dir is None and runtime.runs_commands:
+        # the state dir is made 700; lease accounts must pass through it to reach their homes
+        # under work/ (search only: the token file stays unlistable and mode 600)
+        os.chmod(state_path.parent, state_path.parent.stat().st_mode | 0o011)
     runtime.prepare()
     shipper = None
     if runtime.runs_commands:
