@@ -52,6 +52,7 @@ class NodeAgent:
         self.node_state: str | None = None
         self.runtime = runtime
         self.shipper = shipper
+        self.news = False  # the last answer changed what we report
         # one lock for the state file and the runtime's records, whichever thread saves
         self.lock = runtime.lock if runtime else threading.RLock()
         if runtime:
@@ -81,8 +82,9 @@ class NodeAgent:
         answer = parse_answer(self.client.heartbeat(self.state.node_id, self.state.token, body))
         who = self.state.hostname
         leases_changed = self.leases.apply(answer.actions, who)
-        if runtime:
-            runtime.apply(answer.actions)
+        launched = runtime.apply(answer.actions) if runtime else False
+        # news the server waits for (what we serve, a generation, rank 0's port): tell it now
+        self.news = leases_changed or launched
         if answer.interval_s and answer.interval_s > 0 and answer.interval_s != self.interval_s:
             log.info("%s: heartbeat interval is now %g s", who, answer.interval_s)
             self.interval_s = answer.interval_s
@@ -104,7 +106,10 @@ class NodeAgent:
         """Heartbeat until stopped; returns on stop, raises ApiError when the node is refused.
 
         Each heartbeat goes `interval` after the previous one was sent: right away after an
-        answer the server held that long."""
+        answer the server held that long, and right away after an answer that changed what we
+        report (a lease started or stopped, a command launched), so that, e.g., the other ranks
+        learn rank 0's port without waiting an interval. A repeated action changes nothing, so
+        a server repeating `stop` does not make the agent spin."""
         helpers = self._start_helpers()
         try:
             self._heartbeat_loop()
@@ -120,7 +125,7 @@ class NodeAgent:
             try:
                 self.beat(hold=True)
                 failures = 0
-                delay = max(0.0, self.interval_s - (time.monotonic() - sent_at))
+                delay = 0.0 if self.news else max(0.0, self.interval_s - (time.monotonic() - sent_at))
             except ApiError as error:
                 if error.status in FATAL_STATUSES:
                     raise

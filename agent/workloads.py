@@ -155,7 +155,11 @@ class Runtime:
 
     # actions
 
-    def apply(self, actions: list[Action]) -> None:
+    def apply(self, actions: list[Action]) -> bool:
+        """Obey the actions; True if a command was launched (news for the server: its
+        generation, rank 0's master_port)."""
+        with self.lock:
+            before = {lease: w.generation for lease, w in self.workloads.items()}
         for action in actions:
             try:
                 if action.action == "start" and action.launch is not None:
@@ -166,6 +170,8 @@ class Runtime:
                     self.stop(action.lease, action.grace_s)
             except AgentError as error:
                 log.warning("lease %s: %s", action.lease, error)
+        with self.lock:
+            return any(before.get(lease) != w.generation for lease, w in self.workloads.items())
 
     def start(self, lease: str, gpus: list[int], launch: Launch) -> None:
         if not self.runs_commands:
@@ -239,6 +245,7 @@ class Runtime:
         port = launch.master_port
         if port is None and launch.node_rank == 0:
             port = free_port(self.address)
+        if launch.node_rank == 0:
             w.master_port = port
         env = launch_env(w.lease, launch, w.gpus, self.rails(), self.gpus_on_node, account.name,
                          str(account.home), self.address, port)
