@@ -67,6 +67,7 @@ class Workload:
     ended_seen: float | None = None  # epoch seconds the agent saw it end
     next_launch: dict | None = None  # a new generation, started once this one is gone
     next_gpus: list[int] = field(default_factory=list)
+    cleanup_trouble: str = ""  # why removing it failed last time (said once)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Workload":
@@ -282,6 +283,7 @@ class Runtime:
 
     def tick(self) -> None:
         """Notice ends, enforce SIGKILL deadlines, start a waiting generation, clean up."""
+        finished = []
         with self.lock:
             for w in list(self.workloads.values()):
                 self._refresh(w)
@@ -294,7 +296,17 @@ class Runtime:
                 if w.next_launch is not None:
                     self._start_next(w)
                 elif w.remove and self._log_done(w):
-                    self._clean_up(w)
+                    finished.append(w)
+        # the slow part (kills, a walk of /tmp) without the lock, so heartbeats go on meanwhile;
+        # a lease being removed takes no new start, so nothing else touches it
+        for w in finished:
+            if self._remove_everything(w):
+                with self.lock:
+                    self.supervisors.pop(w.lease, None)
+                    self.workloads.pop(w.lease, None)
+                    log.info("lease %s: stopped; account %s and its files removed", w.lease,
+                             account_name(w.lease))
+                    self.save()
 
     def _refresh(self, w: Workload) -> None:
         if w.state != "running":
@@ -366,15 +378,16 @@ class Runtime:
             return True
         return time.time() - (w.ended_seen or 0) > LOG_DRAIN_S
 
-    def _clean_up(self, w: Workload) -> None:
-        """Kill every process of the lease, remove its files and account, forget it."""
+    def _remove_everything(self, w: Workload) -> bool:
+        """Kill every process of the lease, remove its files and account; True when done.
+        What fails is said once (not every tick) and tried again next tick."""
         name = account_name(w.lease)
         try:
             uid = pwd.getpwnam(name).pw_uid
         except KeyError:
             uid = None
         if not self._kill_leftovers(w) or (uid is not None and not kill_uid(uid)):
-            return  # processes outlived SIGKILL for now (e.g. in D state); the next tick retries
+            return self._trouble(w, "some of its processes survive SIGKILL (uninterruptible?)")
         if uid is not None:
             remove_files_of(uid)
         shutil.rmtree(self.leases_dir / name, ignore_errors=True)
@@ -383,12 +396,14 @@ class Runtime:
         try:
             remove_account(name)
         except AgentError as error:
-            log.warning("lease %s: %s", w.lease, error)
-            return
-        self.supervisors.pop(w.lease, None)
-        del self.workloads[w.lease]
-        log.info("lease %s: stopped; account %s and its files removed", w.lease, name)
-        self.save()
+            return self._trouble(w, str(error))
+        return True
+
+    def _trouble(self, w: Workload, problem: str) -> bool:
+        if w.cleanup_trouble != problem:
+            w.cleanup_trouble = problem
+            log.warning("lease %s: cannot finish removing it yet: %s; retrying", w.lease, problem)
+        return False
 
     def _drop_files(self, lease: str, generation: int) -> None:
         """A replaced generation's spec and status (its log stays until shipped and cleaned)."""
