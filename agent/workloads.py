@@ -113,7 +113,7 @@ class Runtime:
         self.rails = rails
         self.gpus_on_node = 0  # the node agent keeps it current
         self.lock = threading.RLock()
-        self.workloads = {lease: Workload.from_dict(data) for lease, data in (records or {}).items()}
+        self.workloads = _workloads_from(records or {})
         self.supervisors: dict[str, subprocess.Popen] = {}  # ours to reap (not after a restart)
         self.log_drained: Callable[[str], bool] = lambda lease: True
         self._warned: set[str] = set()
@@ -234,9 +234,10 @@ class Runtime:
             if launch.command is not None:
                 log.info("lease %s: generation %d runs %s as %s", lease, launch.generation,
                          launch.command[0], account_name(lease))
-        except AgentError as error:
-            w.state, w.error, w.ended_at, w.ended_seen = "failed", str(error), _now(), time.time()
-            log.warning("lease %s: cannot start: %s", lease, error)
+        except (AgentError, OSError) as error:  # OSError: no free port, a full disk, ...
+            reason = str(error) if isinstance(error, AgentError) else (error.strerror or str(error)).lower()
+            w.state, w.error, w.ended_at, w.ended_seen = "failed", reason, _now(), time.time()
+            log.warning("lease %s: cannot start: %s", lease, reason)
         self.save()
 
     def _prepare_and_spawn(self, w: Workload, launch: Launch) -> None:
@@ -424,6 +425,17 @@ class Runtime:
                     running = generation == w.generation and w.state == "running"
                     sources.append((lease, generation, path, not running))
             return sources
+
+
+def _workloads_from(records: dict[str, dict]) -> dict[str, Workload]:
+    """The state file's records; one this version cannot read is said once and left out."""
+    workloads = {}
+    for lease, data in records.items():
+        try:
+            workloads[lease] = Workload.from_dict(data)
+        except TypeError:
+            log.warning("lease %s: its record in the state file is unreadable; not watched", lease)
+    return workloads
 
 
 def _supervisor_env() -> dict[str, str]:
