@@ -19,10 +19,13 @@ from agent.client import ApiClient
 from agent.errors import AgentError
 from agent.fleet import Fleet, FleetOptions
 from agent.ibports import ports_payload, read_ib_ports
+from agent.logship import LogShipper
 from agent.node import NodeAgent
 from agent.nvml import NvmlUnavailable, open_nvml
 from agent.registration import register_or_rotate
+from agent.sshd import SshServer
 from agent.state import NodeState, default_state_path, load_state, save_state
+from agent.workloads import KINDS, Runtime
 from fabric.core.hostlist import expand_hostlist
 
 log = logging.getLogger("ibex-agent")
@@ -69,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--interval", type=_positive_float, default=None,
                      help="seconds between heartbeats until the server says otherwise")
     run.add_argument("--once", action="store_true", help="send one heartbeat and exit")
+    run.add_argument("--runtime", choices=KINDS, default="none",
+                     help="none: only report leases; process: run their commands as per-lease "
+                          "accounts (root); ssh: also an sshd for them (default: none)")
+    run.add_argument("--address", default=None,
+                     help="how other nodes and tenants reach this node (default: its hostname)")
+    run.add_argument("--ssh-port", type=_port, default=None, help="the sshd's port (with --runtime ssh)")
+    run.add_argument("--work-dir", type=Path, default=None,
+                     help="lease homes, logs and sshd files (default: 'work' beside the state file)")
     _add_common_arguments(run)
     run.set_defaults(handler=command_run, parser=run)
 
@@ -86,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--duration", type=_positive_float, default=None, help="stop after S seconds")
     simulate.add_argument("--workers", type=_positive_int, default=16, help="heartbeat threads")
     simulate.add_argument("--seed", type=int, default=0, help="seed for the simulated readings")
+    simulate.add_argument("--runtime", choices=("none", "process"), default="process",
+                          help="the runtime the hosts report; process: they pretend to run "
+                               "workloads (default: process)")
     _add_common_arguments(simulate)
     simulate.set_defaults(handler=command_simulate, parser=simulate)
     return parser
@@ -114,6 +128,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port (1..65535): {text}")
     return value
 
 
@@ -198,8 +219,31 @@ def registration_spec(args: argparse.Namespace) -> dict:
 # run
 
 def command_run(args: argparse.Namespace) -> int:
+    if args.runtime == "ssh" and args.ssh_port is None:
+        raise UsageError("--runtime ssh needs --ssh-port")
+    if args.ssh_port is not None and args.runtime != "ssh":
+        raise UsageError("--ssh-port goes with --runtime ssh")
     state_path = args.state or default_state_path()
     state = load_state(state_path)
+    runtime = Runtime(
+        kind=args.runtime,
+        address=args.address or sysinfo.hostname(),
+        work_dir=(args.work_dir or state_path.parent / "work").absolute(),
+        node_id=state.node_id,
+        ssh_port=args.ssh_port,
+        records=state.workloads,
+        rails=read_ib_ports,
+    )
+    if args.work_dir is None and runtime.runs_commands:
+        # the state dir is made 700; lease accounts must pass through it to reach their homes
+        # under work/ (search only: the token file stays unlistable and mode 600)
+        os.chmod(state_path.parent, state_path.parent.stat().st_mode | 0o011)
+    runtime.prepare()
+    shipper = None
+    if runtime.runs_commands:
+        # its own HTTP session: a requests.Session is not shared between threads
+        shipper = LogShipper(ApiClient(state.api, timeout_s=args.timeout), state.node_id, state.token,
+                             runtime.log_sources)
     read_gpus, close = gpu_reader()
     stop = threading.Event()
     agent = NodeAgent(
@@ -210,18 +254,28 @@ def command_run(args: argparse.Namespace) -> int:
         read_ib_ports=lambda: ports_payload(read_ib_ports()),
         interval_s=args.interval,
         stop=stop,
+        runtime=runtime,
+        shipper=shipper,
     )
+    sshd = SshServer(runtime.work_dir, runtime.leases_dir, runtime.address, args.ssh_port) \
+        if args.runtime == "ssh" else None
     try:
         if args.once:
+            if runtime.runs_commands:
+                runtime.tick()  # learn what ended while no agent ran
             agent.beat()
             log.info("%s: heartbeat sent; serving %s", state.hostname,
                      ", ".join(agent.leases.lease_ids()) or "nothing")
         else:
             stop_on_signals(stop)
-            log.info("%s: heartbeating node %d to %s every %g s", state.hostname, state.node_id,
-                     state.api, agent.interval_s)
+            if sshd:
+                sshd.start()
+            log.info("%s: heartbeating node %d to %s every %g s (runtime %s)", state.hostname,
+                     state.node_id, state.api, agent.interval_s, runtime.kind)
             agent.run_forever()
     finally:
+        if sshd:
+            sshd.stop()
         close()
     return 0
 
@@ -265,6 +319,7 @@ def command_simulate(args: argparse.Namespace) -> int:
         control_path=args.control,
         duration_s=args.duration,
         timeout_s=args.timeout,
+        runtime=args.runtime,
     ), stop)
     stop_on_signals(stop)
     if threading.current_thread() is threading.main_thread():

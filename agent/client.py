@@ -99,10 +99,25 @@ class ApiClient:
     # node-token call
 
     def heartbeat(self, node_id: int, token: str, body: dict) -> dict:
+        """One heartbeat. With `wait_s` in the body the server may hold the answer that long,
+        so the timeout grows by as much."""
         headers = {"Authorization": f"Node {token}"}
+        timeout_s = self.timeout_s + float(body.get("wait_s") or 0)
         return self._call(
-            "POST", f"/api/v1/nodes/{node_id}/heartbeat/", headers, body, credential="node token"
+            "POST", f"/api/v1/nodes/{node_id}/heartbeat/", headers, body, credential="node token",
+            timeout_s=timeout_s,
         )
+
+    def post_logs(self, node_id: int, token: str, body: dict) -> int:
+        """Ship a lease's log lines; the line number the server expects next."""
+        headers = {"Authorization": f"Node {token}"}
+        answer = self._call(
+            "POST", f"/api/v1/nodes/{node_id}/logs/", headers, body, credential="node token"
+        )
+        next_line = answer.get("next_line")
+        if not isinstance(next_line, int) or isinstance(next_line, bool) or next_line < 0:
+            raise ServerTrouble("the logs answer carries no next_line")
+        return next_line
 
     # plumbing
 
@@ -115,19 +130,21 @@ class ApiClient:
         params: dict | None = None,
         credential: str = "key",
         idempotent_create: bool = False,
+        timeout_s: float | None = None,
     ) -> dict:
         url = urljoin(self.api + "/", path_or_url.lstrip("/")) if path_or_url.startswith("/") else path_or_url
         if idempotent_create:
             # the server may replay a creating POST it has seen; harmless if it ignores the header
             headers = {**headers, "Idempotency-Key": str(uuid.uuid4())}
+        timeout_s = timeout_s or self.timeout_s
         try:
             # no redirects: requests would turn a redirected POST into a GET without its body
             response = self.session.request(
-                method, url, headers=headers, json=body, params=params, timeout=self.timeout_s,
+                method, url, headers=headers, json=body, params=params, timeout=timeout_s,
                 allow_redirects=False,
             )
         except requests.Timeout:
-            raise Unreachable(f"cannot reach {self.api}: no answer within {self.timeout_s:g} s") from None
+            raise Unreachable(f"cannot reach {self.api}: no answer within {timeout_s:g} s") from None
         except requests.RequestException as error:
             raise Unreachable(f"cannot reach {self.api}: {describe_connection_error(error)}") from None
         return _decode(response, credential)

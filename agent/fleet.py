@@ -46,6 +46,7 @@ class FleetOptions:
     duration_s: float | None = None
     timeout_s: float = 10.0
     bulk_size: int = BULK_LIMIT
+    runtime: str = "process"  # what the hosts report: "process" pretends to run workloads, or "none"
 
 
 @dataclass
@@ -165,7 +166,12 @@ class Fleet:
         if host.hostname in control.stop_heartbeats:
             self._count("held_back")
             return host.interval_s
-        body = heartbeat_body(host.sample(control), host.ib_ports(), host.leases)
+        pretend = self.options.runtime == "process"
+        body = heartbeat_body(
+            host.sample(control), host.ib_ports(), host.leases,
+            runtime={"kind": self.options.runtime, "address": host.hostname, "ssh_port": None},
+            workloads=host.workload_reports() if pretend else None,
+        )
         try:
             answer = parse_answer(self.client().heartbeat(host.node_id, host.token, body))
         except ApiError as error:
@@ -181,10 +187,24 @@ class Fleet:
             log.info("%s: heartbeats get through again", host.hostname)
         host.failures = 0
         host.leases.apply(answer.actions, host.hostname)
+        if pretend:
+            host.apply_workloads(answer.actions)
+            self._ship_logs(host)
         if answer.interval_s and answer.interval_s > 0:
             host.interval_s = answer.interval_s
         self._count("ok")
         return host.interval_s
+
+    def _ship_logs(self, host: SimulatedHost) -> None:
+        """The pretended workloads' new log lines, in this heartbeat's thread (no thread per host)."""
+        for workload, body in host.logs_to_ship():
+            try:
+                self.client().post_logs(host.node_id, host.token, body)
+            except ApiError as error:
+                log.warning("%s: the server refuses lease %s's log: %s", host.hostname, workload.lease, error)
+            except (Unreachable, ServerTrouble):
+                return  # kept for the next heartbeat
+            host.shipped(workload, len(body["lines"]))
 
     def _failed(self, host: SimulatedHost, error: AgentError, backoff: bool) -> float:
         # one line when a host starts failing, not one per failed heartbeat

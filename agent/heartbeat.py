@@ -2,8 +2,10 @@
 
 import logging
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 
 from agent.client import ServerTrouble
+from agent.launch import Launch, parse_launch
 
 log = logging.getLogger("ibex-agent")
 
@@ -22,9 +24,12 @@ class GpuSample:
 
 @dataclass
 class Action:
-    action: str  # "start" or "stop"
+    action: str  # "start", "notice" or "stop"
     lease: str
     gpus: list[int]
+    launch: Launch | None = None  # start: what to run, as docs/workloads.md says
+    until: datetime | None = None  # notice: SIGKILL at this instant
+    grace_s: float | None = None  # stop: seconds between SIGTERM and SIGKILL
 
 
 @dataclass
@@ -49,6 +54,8 @@ class Leases:
                     self.serving[action.lease] = list(action.gpus)
                     changed = True
                     log.info("%s: start serving lease %s on GPUs %s", who, action.lease, action.gpus)
+            elif action.action == "notice":
+                pass  # only a runtime acts on a notice; the lease is still served
             elif action.action == "stop":
                 if self.serving.pop(action.lease, None) is not None:
                     changed = True
@@ -64,26 +71,36 @@ class Leases:
         return {index for gpus in self.serving.values() for index in gpus}
 
 
-def heartbeat_body(gpus: list[GpuSample], ib_ports: list[dict], leases: Leases) -> dict:
-    return {
+def heartbeat_body(
+    gpus: list[GpuSample],
+    ib_ports: list[dict],
+    leases: Leases,
+    runtime: dict | None = None,
+    workloads: list[dict] | None = None,
+    wait_s: int | None = None,
+    also_serving: set[str] | frozenset[str] = frozenset(),
+) -> dict:
+    """The heartbeat body; `also_serving` are leases still being torn down (kept in `serving`
+    until their processes are gone, as the server expects)."""
+    body: dict = {
         "gpus": [asdict(sample) for sample in gpus],
         "ib_ports": ib_ports,
-        "serving": leases.lease_ids(),
+        "serving": sorted(set(leases.lease_ids()) | set(also_serving)),
     }
+    if runtime is not None:
+        body["runtime"] = runtime
+    if workloads is not None:
+        body["workloads"] = workloads
+    if wait_s is not None:
+        body["wait_s"] = wait_s
+    return body
 
 
 def parse_answer(data: dict) -> Answer:
     """Read the heartbeat answer; a malformed one is server trouble, never a crash."""
     try:
         interval = data.get("interval_s")
-        actions = [
-            Action(
-                action=str(item["action"]),
-                lease=str(item["lease"]),
-                gpus=[int(index) for index in item.get("gpus") or []],
-            )
-            for item in data.get("actions") or []
-        ]
+        actions = [_action(item) for item in data.get("actions") or []]
         return Answer(
             interval_s=float(interval) if interval is not None else None,
             node_state=data.get("node_state"),
@@ -91,6 +108,35 @@ def parse_answer(data: dict) -> Answer:
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ServerTrouble("the heartbeat answer is malformed") from None
+
+
+def _action(item: dict) -> Action:
+    launch = item.get("launch")
+    until = item.get("until")
+    grace_s = item.get("grace_s")
+    return Action(
+        action=str(item["action"]),
+        lease=str(item["lease"]),
+        gpus=[int(index) for index in item.get("gpus") or []],
+        launch=parse_launch(launch) if launch is not None else None,
+        until=parse_instant(until) if until is not None else None,
+        grace_s=max(0.0, float(grace_s)) if grace_s is not None else None,
+    )
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO 8601 instant (`Z` or an offset; none means UTC); ValueError if it is not one."""
+    if not isinstance(text, str):
+        raise TypeError("not a string")
+    instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+
+
+def iso_utc(instant: datetime | None) -> str | None:
+    """`2026-12-03T10:00:00Z`, as the heartbeat reports times."""
+    if instant is None:
+        return None
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def retry_delay(interval_s: float, failures: int) -> float:

@@ -1,18 +1,29 @@
-"""`ibex-agent run`: heartbeat one real node, obey the answer's actions, back off on trouble."""
+"""`ibex-agent run`: heartbeat one real node, obey the answer's actions, back off on trouble.
+
+With a runtime (`--runtime process|ssh`) two more threads run beside the heartbeats: one
+watches the leases' processes (ends, SIGKILL deadlines, cleanup) every half second, one ships
+their logs every second. Neither waits on the other, so a held heartbeat delays nothing.
+"""
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from agent.client import ApiClient, ApiError, ServerTrouble, Unreachable
 from agent.errors import AgentError
 from agent.heartbeat import Answer, GpuSample, Leases, heartbeat_body, parse_answer, retry_delay
+from agent.logship import LogShipper
 from agent.state import NodeState, save_state
+from agent.workloads import Runtime
 
 log = logging.getLogger("ibex-agent")
 
 DEFAULT_INTERVAL_S = 15.0
+MAX_WAIT_S = 30  # the most `wait_s` the server takes
+TICK_S = 0.5
+SHIP_EVERY_S = 1.0
 # answers that mean this node will never be heard again without a new registration
 FATAL_STATUSES = (401, 403, 404)
 
@@ -27,6 +38,8 @@ class NodeAgent:
         read_ib_ports: Callable[[], list[dict]],
         interval_s: float | None = None,
         stop: threading.Event | None = None,
+        runtime: Runtime | None = None,
+        shipper: LogShipper | None = None,
     ) -> None:
         self.client = client
         self.state = state
@@ -37,13 +50,41 @@ class NodeAgent:
         self.stop = stop or threading.Event()
         self.leases = Leases(serving=dict(state.serving))
         self.node_state: str | None = None
+        self.runtime = runtime
+        self.shipper = shipper
+        self.news = False  # the last answer changed what we report
+        # one lock for the state file and the runtime's records, whichever thread saves
+        self.lock = runtime.lock if runtime else threading.RLock()
+        if runtime:
+            runtime.save = self.save
+        if runtime and shipper:
+            runtime.log_drained = shipper.drained
 
-    def beat(self) -> Answer:
-        """Send one heartbeat and obey its answer; raises AgentError subclasses on failure."""
-        body = heartbeat_body(self.read_gpus(), self.read_ib_ports(), self.leases)
+    def wait_s(self) -> int:
+        """How long the server may hold the answer: the interval (the held answer is the wait)."""
+        return int(min(MAX_WAIT_S, self.interval_s))
+
+    def beat(self, hold: bool = False) -> Answer:
+        """Send one heartbeat and obey its answer; raises AgentError subclasses on failure.
+
+        `hold`: send `wait_s`, letting the server hold the answer until there is work."""
+        gpus = self.read_gpus()
+        runtime = self.runtime
+        if runtime:
+            runtime.gpus_on_node = len(gpus)
+        body = heartbeat_body(
+            gpus, self.read_ib_ports(), self.leases,
+            runtime=runtime.descriptor() if runtime else None,
+            workloads=runtime.reports() if runtime else None,
+            wait_s=self.wait_s() if hold else None,
+            also_serving=runtime.tearing_down() if runtime else frozenset(),
+        )
         answer = parse_answer(self.client.heartbeat(self.state.node_id, self.state.token, body))
         who = self.state.hostname
         leases_changed = self.leases.apply(answer.actions, who)
+        launched = runtime.apply(answer.actions) if runtime else False
+        # news the server waits for (what we serve, a generation, rank 0's port): tell it now
+        self.news = leases_changed or launched
         if answer.interval_s and answer.interval_s > 0 and answer.interval_s != self.interval_s:
             log.info("%s: heartbeat interval is now %g s", who, answer.interval_s)
             self.interval_s = answer.interval_s
@@ -51,26 +92,75 @@ class NodeAgent:
             log.info("%s: node %d is %s", who, self.state.node_id, answer.node_state)
             self.node_state = answer.node_state
         if leases_changed:
-            self.state.serving = dict(self.leases.serving)
-            save_state(self.state_path, self.state)
+            self.save()
         return answer
 
+    def save(self) -> None:
+        with self.lock:
+            self.state.serving = dict(self.leases.serving)
+            if self.runtime:
+                self.state.workloads = self.runtime.snapshot()
+            save_state(self.state_path, self.state)
+
     def run_forever(self) -> None:
-        """Heartbeat until stopped; returns on stop, raises ApiError when the node is refused."""
+        """Heartbeat until stopped; returns on stop, raises ApiError when the node is refused.
+
+        Each heartbeat goes `interval` after the previous one was sent: right away after an
+        answer the server held that long, and right away after an answer that changed what we
+        report (a lease started or stopped, a command launched), so that, e.g., the other ranks
+        learn rank 0's port without waiting an interval. A repeated action changes nothing, so
+        a server repeating `stop` does not make the agent spin."""
+        helpers = self._start_helpers()
+        try:
+            self._heartbeat_loop()
+        finally:
+            self.stop.set()
+            for helper in helpers:
+                helper.join()
+
+    def _heartbeat_loop(self) -> None:
         failures = 0
         while not self.stop.is_set():
+            sent_at = time.monotonic()
             try:
-                self.beat()
+                self.beat(hold=True)
                 failures = 0
+                delay = 0.0 if self.news else max(0.0, self.interval_s - (time.monotonic() - sent_at))
             except ApiError as error:
                 if error.status in FATAL_STATUSES:
                     raise
-                failures = 0  # a 4xx will not get better by hammering; keep the normal pace
                 log.warning("%s: heartbeat refused: %s", self.state.hostname, error)
+                delay = self.interval_s  # a 4xx will not get better by hammering
             except (Unreachable, ServerTrouble) as error:
                 failures += 1
                 delay = retry_delay(self.interval_s, failures)
                 log.warning("%s: heartbeat failed: %s; retrying in %g s", self.state.hostname, error, delay)
             except AgentError as error:  # e.g. the state file could not be written
                 log.warning("%s: %s", self.state.hostname, error)
-            self.stop.wait(retry_delay(self.interval_s, failures))
+                delay = retry_delay(self.interval_s, failures)
+            self.stop.wait(delay)
+
+    def _start_helpers(self) -> list[threading.Thread]:
+        helpers = []
+        if self.runtime and self.runtime.runs_commands:
+            helpers.append(_every(TICK_S, self.runtime.tick, self.stop, "workloads"))
+        if self.shipper:
+            helpers.append(_every(SHIP_EVERY_S, self.shipper.ship_all, self.stop, "logs"))
+        return helpers
+
+
+def _every(period_s: float, work: Callable[[], None], stop: threading.Event, name: str) -> threading.Thread:
+    """A thread doing `work` every `period_s` until `stop`; a failure is logged, never fatal."""
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                work()
+            except AgentError as error:
+                log.warning("%s: %s", name, error)
+            except Exception:  # a bug must not silently stop the watching: say so, go on
+                log.exception("%s: unexpected error", name)
+            stop.wait(period_s)
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread

@@ -12,18 +12,30 @@ A GPU taken out of the control file reads healthy again (as after a GPU reset).
 The control file is JSON, re-read every cycle and on SIGUSR1:
     {"fail_gpus": {"gpu03": [2]}, "degrade_gpus": {"gpu04": [1]}, "stop_heartbeats": ["gpu05"]}
 A host in `stop_heartbeats` sends nothing until it is taken out again.
+
+Workloads (`--runtime process`, the default) are pretended, never run: a `start` with a command
+is reported `running` at once (rank 0 reports MASTER_PORT 29500), a few log lines say what
+would run, and it `exited` with code 0 after the launch env's IBEX_SIMULATED_SECONDS (without
+it, it runs until stopped); a notice or stop makes it `stopped`.
 """
 
 import json
 import random
 import re
+import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.errors import AgentError
-from agent.heartbeat import GpuSample, Leases
+from agent.heartbeat import Action, GpuSample, Leases, iso_utc
+from agent.ibports import IbPort
+from agent.launch import Launch, launch_env
+
+SIMULATED_MASTER_PORT = 29500
+SIGTERM_EXIT_CODE = 128 + 15
 
 XID_FELL_OFF_THE_BUS = 79
 
@@ -112,6 +124,29 @@ class ControlFile:
         return changed
 
 
+@dataclass
+class SimulatedWorkload:
+    lease: str
+    generation: int
+    started_at: str
+    ends_at: float | None  # epoch seconds; None: until stopped
+    master_port: int | None
+    state: str = "running"
+    exit_code: int | None = None
+    ended_at: str | None = None
+    next_line: int = 0  # the number of the first line in `lines`
+    lines: list[str] = field(default_factory=list)  # not yet shipped
+
+    def report(self) -> dict:
+        return {"lease": self.lease, "generation": self.generation, "state": self.state,
+                "exit_code": self.exit_code, "started_at": self.started_at, "ended_at": self.ended_at,
+                "master_port": self.master_port, "error": ""}
+
+    def end(self, state: str, exit_code: int, line: str) -> None:
+        self.state, self.exit_code, self.ended_at = state, exit_code, _now()
+        self.lines.append(line)
+
+
 class SimulatedHost:
     """One simulated GPU server: its GPUs' readings, the leases it serves, its node identity."""
 
@@ -129,6 +164,7 @@ class SimulatedHost:
         self.interval_s: float = 15.0
         self.failures = 0  # heartbeats failed in a row
         self.stopped = False  # the server refused our token: this node is done
+        self.workloads: dict[str, SimulatedWorkload] = {}
 
     def gpu_uuid(self, index: int) -> str:
         return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{self.hostname}/{index}')}"
@@ -182,3 +218,61 @@ class SimulatedHost:
     def ib_ports(self) -> list[dict]:
         """One NDR port per GPU rail, all active."""
         return [{"port": rail, "state": "active", "rate_gbps": 400} for rail in range(1, self.gpu_count + 1)]
+
+    # pretended workloads
+
+    def apply_workloads(self, actions: list[Action]) -> None:
+        for action in actions:
+            current = self.workloads.get(action.lease)
+            if action.action == "start" and action.launch and action.launch.command is not None:
+                if current is None or current.generation != action.launch.generation:
+                    self.workloads[action.lease] = self._pretend(action.lease, action.gpus, action.launch)
+            elif action.action in ("notice", "stop") and current and current.state == "running":
+                current.end("stopped", SIGTERM_EXIT_CODE, "simulated: SIGTERM received; stopped")
+            if action.action == "stop" and current and not current.lines:
+                del self.workloads[action.lease]
+
+    def _pretend(self, lease: str, gpus: list[int], launch: Launch) -> SimulatedWorkload:
+        port = launch.master_port or (SIMULATED_MASTER_PORT if launch.node_rank == 0 else None)
+        rails = [IbPort(f"mlx5_{rail}", 1, "active", 400) for rail in range(self.gpu_count)]
+        account = f"ibex-l{lease}"
+        env = launch_env(lease, launch, gpus, rails, self.gpu_count, account, f"/home/{account}",
+                         self.hostname, port)
+        seconds = launch.env.get("IBEX_SIMULATED_SECONDS")
+        try:
+            ends_at = time.time() + float(seconds) if seconds else None
+        except ValueError:
+            ends_at = None
+        return SimulatedWorkload(
+            lease, launch.generation, _now(), ends_at,
+            master_port=port if launch.node_rank == 0 else None,
+            lines=[
+                f"simulated: rank {launch.node_rank} of {launch.nnodes} on {self.hostname}, "
+                f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}",
+                f"simulated: command: {' '.join(launch.command or [])}",
+                f"simulated: env: {' '.join(sorted(env))}",
+            ],
+        )
+
+    def workload_reports(self) -> list[dict]:
+        now = time.time()
+        for workload in self.workloads.values():
+            if workload.state == "running" and workload.ends_at is not None and now >= workload.ends_at:
+                workload.end("exited", 0, "simulated: done, exit code 0")
+        return [workload.report() for _, workload in sorted(self.workloads.items())]
+
+    def logs_to_ship(self) -> list[tuple[SimulatedWorkload, dict]]:
+        return [
+            (w, {"lease": w.lease, "generation": w.generation, "from_line": w.next_line, "lines": list(w.lines)})
+            for w in self.workloads.values() if w.lines
+        ]
+
+    def shipped(self, workload: SimulatedWorkload, count: int) -> None:
+        del workload.lines[:count]
+        workload.next_line += count
+        if workload.state == "stopped" and workload.lease not in self.leases.serving and not workload.lines:
+            self.workloads.pop(workload.lease, None)
+
+
+def _now() -> str:
+    return iso_utc(datetime.now(UTC)) or ""

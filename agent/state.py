@@ -27,6 +27,9 @@ class NodeState:
     heartbeat_interval_s: float | None = None
     # lease id -> GPU indexes; kept here so a restarted agent still reports what it serves
     serving: dict[str, list[int]] = field(default_factory=dict)
+    # lease id -> what the runtime runs for it (agent.workloads.Workload as a dict); kept here
+    # so a restarted agent finds its supervisors again instead of starting a command twice
+    workloads: dict[str, dict] = field(default_factory=dict)
 
 
 def save_state(path: Path, state: NodeState) -> None:
@@ -60,6 +63,7 @@ def load_state(path: Path) -> NodeState:
             hostname=str(data["hostname"]),
             heartbeat_interval_s=data.get("heartbeat_interval_s"),
             serving={str(k): list(v) for k, v in (data.get("serving") or {}).items()},
+            workloads={str(k): dict(v) for k, v in (data.get("workloads") or {}).items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         raise AgentError(f"{path} lacks api, node_id, token or hostname; run 'ibex-agent register' again") from None

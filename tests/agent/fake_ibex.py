@@ -1,7 +1,9 @@
 """A small real HTTP server that speaks the IBEX node API contract, for the agent's tests.
 
 It keeps nodes in memory, records every request, and can be told to queue heartbeat actions,
-answer with a chosen status, or change the interval it hands out.
+answer with a chosen status, or change the interval it hands out. It stores shipped log lines
+as the server does (by line number, skipping lines it has, answering `next_line`) and, when
+`hold_heartbeats` is set, holds a heartbeat with `wait_s` until an action is queued.
 """
 
 import json
@@ -33,6 +35,17 @@ class FakeNode:
     token: str
     state: str = "registering"
     heartbeats: list[dict] = field(default_factory=list)
+    # (lease, generation) -> line number -> line, as shipped to the logs endpoint
+    logs: dict[tuple[str, int], dict[int, str]] = field(default_factory=dict)
+
+    def log_lines(self, lease: str, generation: int = 1) -> list[str]:
+        lines = self.logs.get((lease, generation), {})
+        return [lines[number] for number in sorted(lines)]
+
+    def workload(self, lease: str) -> dict | None:
+        """The lease's entry in the latest heartbeat's `workloads`."""
+        entries = self.heartbeats[-1].get("workloads") or [] if self.heartbeats else []
+        return next((entry for entry in entries if entry["lease"] == lease), None)
 
 
 class FakeIbex:
@@ -46,6 +59,8 @@ class FakeIbex:
         self.pending_actions: dict[int, list[dict]] = {}
         self.heartbeat_failures: list[int] = []  # statuses to answer the next heartbeats with
         self.bulk_conflict_fields = False  # name every conflicting item of a bulk 409 in fields
+        self.hold_heartbeats = False  # honour wait_s: hold an answer until an action is queued
+        self.work_queued = threading.Condition(self.lock)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
@@ -74,11 +89,13 @@ class FakeIbex:
             node.state = state
             return node
 
-    def queue_action(self, node_id: int, action: str, lease: str, gpus: list[int]) -> None:
+    def queue_action(self, node_id: int, action: str, lease: str, gpus: list[int], **extra) -> None:
+        """Queue an action for the node's next heartbeat; `extra`: launch, until, grace_s."""
         with self.lock:
             self.pending_actions.setdefault(node_id, []).append(
-                {"action": action, "lease": lease, "gpus": gpus}
+                {"action": action, "lease": lease, "gpus": gpus, **extra}
             )
+            self.work_queued.notify_all()
 
     def paths(self, method: str | None = None) -> list[str]:
         return [r.path for r in self.requests if method is None or r.method == method]
@@ -112,6 +129,9 @@ class FakeIbex:
             heartbeat = re.fullmatch(r"/api/v1/nodes/(\d+)/heartbeat/", path)
             if heartbeat and method == "POST":
                 return self._heartbeat(int(heartbeat.group(1)), headers, body)
+            logs = re.fullmatch(r"/api/v1/nodes/(\d+)/logs/", path)
+            if logs and method == "POST":
+                return self._logs(int(logs.group(1)), headers, body)
             if headers.get("Authorization") != f"Bearer {PROVIDER_KEY}":
                 return 401, _error("not_authenticated", "Invalid API key.")
             if path == "/api/v1/nodes/" and method == "POST":
@@ -166,11 +186,28 @@ class FakeIbex:
         if self.heartbeat_failures:
             return self.heartbeat_failures.pop(0), _error("unavailable", "try later")
         node.heartbeats.append(body)
+        wait_s = body.get("wait_s") or 0
+        if self.hold_heartbeats and wait_s:
+            # Condition.wait releases the lock: other nodes and tests go on meanwhile
+            self.work_queued.wait_for(lambda: self.pending_actions.get(node_id), timeout=wait_s)
         return 200, {
             "interval_s": self.heartbeat_interval_s,
             "node_state": "active",
             "actions": self.pending_actions.pop(node_id, []),
         }
+
+    def _logs(self, node_id: int, headers: dict, body: dict) -> tuple[int, dict]:
+        node = self.nodes.get(node_id)
+        if node is None or headers.get("Authorization") != f"Node {node.token}":
+            return 401, _error("not_authenticated", "Invalid node token.")
+        lines = body["lines"]
+        if sum(len(line.encode()) for line in lines) > 2 * 1024 * 1024 or any(
+                len(line.encode()) > 64 * 1024 for line in lines):
+            return 400, _error("invalid", "too much", {"lines": ["at most 2 MiB, 64 KiB a line"]})
+        stored = node.logs.setdefault((str(body["lease"]), int(body["generation"])), {})
+        for number, line in enumerate(lines, start=int(body["from_line"])):
+            stored.setdefault(number, line)
+        return 200, {"next_line": max(stored) + 1 if stored else 0}
 
     def _handler_class(self):
         fake = self

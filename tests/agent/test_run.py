@@ -2,7 +2,9 @@
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +19,7 @@ from agent.heartbeat import GpuSample, retry_delay
 from agent.node import NodeAgent
 from agent.state import NodeState, load_state, save_state
 from tests.agent.fake_ibex import FakeIbex
+from tests.agent.runtime_helpers import make_work_dir
 from tests.clock import python_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +58,10 @@ def test_run_once_posts_a_well_formed_heartbeat(ibex, registered, capsys):
     sent = ibex.requests[-1]
     assert sent.path == f"/api/v1/nodes/{node.id}/heartbeat/"
     assert sent.headers["Authorization"] == f"Node {node.token}"
-    assert set(sent.body) == {"gpus", "ib_ports", "serving"}
+    assert set(sent.body) == {"gpus", "ib_ports", "serving", "runtime", "workloads"}  # no wait_s: --once
     assert sent.body["serving"] == []
+    assert sent.body["runtime"] == {"kind": "none", "address": socket.gethostname(), "ssh_port": None}
+    assert sent.body["workloads"] == []
     assert isinstance(sent.body["gpus"], list) and isinstance(sent.body["ib_ports"], list)
     assert "no GPU readings" in capsys.readouterr().err  # no NVML here: said once, clearly
 
@@ -161,3 +166,43 @@ def test_sigterm_stops_run_cleanly(ibex, registered):
     assert "SIGTERM received; stopping" in err
     assert "Traceback" not in err
     assert json.loads(path.read_text())["node_id"] == node.id
+
+
+@pytest.mark.parametrize(("flags", "problem"), [
+    (["--runtime", "ssh"], "--runtime ssh needs --ssh-port"),
+    (["--runtime", "process", "--ssh-port", "2222"], "--ssh-port goes with --runtime ssh"),
+    (["--runtime", "ssh", "--ssh-port", "70000"], "not a port"),
+])
+def test_runtime_flags_are_checked(registered, capsys, flags, problem):
+    _, path = registered
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--once", "--state", str(path), *flags])
+    assert stopped.value.code == 2
+    assert problem in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="--runtime process needs root")
+def test_the_default_work_dir_is_beside_the_state_file_and_reachable_by_lease_accounts(ibex, tmp_path, capsys):
+    node = ibex.add_node("gpu01")
+    base = make_work_dir().parent  # mode 711, as every directory above a work dir must be
+    path = base / "state" / "node.json"
+    hidden = tmp_path / "node.json"  # under pytest's 700 directories
+    for state_path in (path, hidden):
+        save_state(state_path, NodeState(api=ibex.url, node_id=node.id, token=node.token, hostname="gpu01"))
+    assert os.stat(path.parent).st_mode & 0o777 == 0o700
+    try:
+        assert main(["run", "--once", "--quiet", "--state", str(path), "--runtime", "process",
+                     "--address", "10.0.0.5"]) == 0
+
+        work = path.parent / "work"
+        modes = {name: os.stat(work / name).st_mode & 0o777 for name in ("leases", "logs", "run")}
+        assert modes == {"leases": 0o711, "logs": 0o700, "run": 0o700}
+        assert os.stat(path.parent).st_mode & 0o777 == 0o711 and os.stat(path).st_mode & 0o777 == 0o600
+        assert node.heartbeats[-1]["runtime"] == {"kind": "process", "address": "10.0.0.5", "ssh_port": None}
+
+        assert main(["run", "--once", "--quiet", "--state", str(hidden), "--runtime", "process"]) == 1
+        assert error_lines(capsys.readouterr().err) == [
+            f"ibex-agent: lease accounts cannot reach their homes: {tmp_path.parent} is not searchable "
+            f"by others (chmod o+x {tmp_path.parent}, or pick another --work-dir)"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -222,3 +222,55 @@ def test_simulate_reloads_the_control_file_on_sigusr1_and_stops_on_sigterm(ibex,
     assert ibex.node_named("gpu02").heartbeats[-1]["gpus"][0]["xid_errors"] == 79
     assert "failed GPUs gpu02:[0]" in err
     assert "Traceback" not in err
+
+
+def simulated_launch(**fields) -> dict:
+    return {"generation": 1, "command": ["python3", "train.py"], "env": {}, "workdir": "",
+            "ssh_keys": [], "node_rank": 0, "nnodes": 2, "node_addrs": ["gpu01", "gpu02"],
+            "master_addr": "gpu01", "master_port": None, **fields}
+
+
+def test_simulated_hosts_pretend_to_run_workloads_and_ship_their_logs(ibex):
+    with running(fleet_for(ibex, "gpu[01-02]")):
+        wait_for(lambda: len(ibex.nodes) == 2 and all(n.heartbeats for n in ibex.nodes.values()))
+        first, second = ibex.node_named("gpu01"), ibex.node_named("gpu02")
+        assert first.heartbeats[-1]["runtime"] == {"kind": "process", "address": "gpu01", "ssh_port": None}
+        assert "wait_s" not in first.heartbeats[-1]  # thousands of hosts: never held
+        ibex.queue_action(first.id, "start", "77", [0, 1], launch=simulated_launch(
+            env={"IBEX_SIMULATED_SECONDS": "0.3"}))
+        ibex.queue_action(second.id, "start", "77", [3], launch=simulated_launch(node_rank=1, master_port=29500))
+
+        running_entry = wait_for_entry(first, "77", "running")
+        assert running_entry["master_port"] == 29500 and running_entry["generation"] == 1
+        assert wait_for_entry(second, "77", "running")["master_port"] is None
+        exited = wait_for_entry(first, "77", "exited")
+        assert exited["exit_code"] == 0 and exited["ended_at"].endswith("Z")
+
+        ibex.queue_action(second.id, "notice", "77", [3], until="2030-01-01T00:00:00Z")
+        assert wait_for_entry(second, "77", "stopped")["exit_code"] == 143
+        ibex.queue_action(second.id, "stop", "77", [3], grace_s=0)
+        wait_for(lambda: second.heartbeats[-1]["serving"] == [] and second.workload("77") is None)
+
+    lines = first.log_lines("77")
+    assert lines[0] == "simulated: rank 0 of 2 on gpu01, CUDA_VISIBLE_DEVICES=0,1"
+    assert lines[1] == "simulated: command: python3 train.py"
+    assert "NCCL_IB_HCA" in lines[2] and "MASTER_PORT" in lines[2]
+    assert lines[-1] == "simulated: done, exit code 0"
+    assert second.log_lines("77")[0] == "simulated: rank 1 of 2 on gpu02, CUDA_VISIBLE_DEVICES=3"
+    assert second.log_lines("77")[-1] == "simulated: SIGTERM received; stopped"
+
+
+def test_simulate_with_runtime_none_reports_no_workloads(ibex):
+    with running(fleet_for(ibex, "gpu01", runtime="none")):
+        wait_for(lambda: bool(ibex.nodes) and bool(ibex.node_named("gpu01").heartbeats))
+        node = ibex.node_named("gpu01")
+        ibex.queue_action(node.id, "start", "78", [0], launch=simulated_launch())
+        wait_for(lambda: node.heartbeats[-1]["serving"] == ["78"])
+
+    assert node.heartbeats[-1]["runtime"]["kind"] == "none" and "workloads" not in node.heartbeats[-1]
+    assert node.logs == {}
+
+
+def wait_for_entry(node, lease: str, state: str) -> dict:
+    wait_for(lambda: (node.workload(lease) or {}).get("state") == state)
+    return node.workload(lease)

@@ -1,0 +1,142 @@
+"""The `launch` of a `start` action and the environment a lease's command sees.
+
+Pure: no processes, no files. The table of variables is docs/workloads.md's launch contract;
+the tenant's `env` comes first and the contract's variables overwrite it, so a tenant cannot
+point NCCL at another lease's GPUs or fake its rank.
+"""
+
+import re
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+from agent.ibports import IbPort
+
+# the PATH of a lease account, as a login shell on Debian/Ubuntu would set it
+ACCOUNT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Launch:
+    generation: int
+    command: list[str] | None  # argv; None when the tenant gave only SSH keys
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str = ""  # relative to the lease's home
+    ssh_keys: list[str] = field(default_factory=list)
+    node_rank: int = 0
+    nnodes: int = 1
+    node_addrs: list[str] = field(default_factory=list)
+    master_addr: str | None = None
+    master_port: int | None = None  # None on rank 0: its agent picks one
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_launch(data: dict) -> Launch:
+    """A launch from the server's JSON; TypeError/ValueError/KeyError if it is malformed."""
+    command = data.get("command")
+    if command is not None:
+        command = [_text(arg) for arg in _list(command)]
+        if not command or not command[0]:
+            raise ValueError("empty command")
+    env = data.get("env") or {}
+    if not isinstance(env, dict):
+        raise TypeError("env is not an object")
+    env = {_text(name): _text(value) for name, value in env.items()}
+    if any(not _ENV_NAME.match(name) for name in env):
+        raise ValueError("bad env name")
+    workdir = _text(data.get("workdir") or "")
+    path = PurePosixPath(workdir)
+    if path.is_absolute() or ".." in path.parts:
+        raise ValueError("workdir leaves the home")
+    master_port = data.get("master_port")
+    return Launch(
+        generation=int(data["generation"]),
+        command=command,
+        env=env,
+        workdir=workdir,
+        ssh_keys=[_text(key) for key in _list(data.get("ssh_keys") or [])],
+        node_rank=int(data.get("node_rank") or 0),
+        nnodes=int(data.get("nnodes") or 1),
+        node_addrs=[_text(addr) for addr in _list(data.get("node_addrs") or [])],
+        master_addr=_text(data["master_addr"]) if data.get("master_addr") else None,
+        master_port=int(master_port) if master_port is not None else None,
+    )
+
+
+def _list(value: object) -> list:
+    if not isinstance(value, list):
+        raise TypeError("expected a list")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or "\0" in value:
+        raise TypeError("expected a string without NUL")
+    return value
+
+
+def launch_env(
+    lease: str,
+    launch: Launch,
+    gpus: list[int],
+    rails: list[IbPort],
+    gpus_on_node: int,
+    account: str,
+    home: str,
+    address: str,
+    master_port: int,
+) -> dict[str, str]:
+    """Every variable the lease's command (and its SSH logins) sees, tenant's env included."""
+    env = dict(launch.env)
+    env.update({
+        "IBEX_LEASE_ID": lease,
+        "NODE_RANK": str(launch.node_rank),
+        "NNODES": str(launch.nnodes),
+        "GPUS_PER_NODE": str(len(gpus)),
+        "MASTER_ADDR": launch.master_addr or address,
+        "MASTER_PORT": str(master_port),
+        "IBEX_NODE_ADDRS": ",".join(launch.node_addrs or [address]),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in sorted(gpus)),
+        "HOME": home,
+        "USER": account,
+        "LOGNAME": account,
+        "PATH": ACCOUNT_PATH,
+    })
+    hca = nccl_ib_hca(gpus, rails, gpus_on_node)
+    if hca:
+        env["NCCL_IB_HCA"] = hca
+    else:
+        env.pop("NCCL_IB_HCA", None)  # the tenant may not pick HCAs on a node that has none
+    return env
+
+
+def nccl_ib_hca(gpus: list[int], rails: list[IbPort], gpus_on_node: int) -> str | None:
+    """`=mlx5_0:1,mlx5_3:1`: the rails (IB ports in HCA, port order) of the leased GPUs.
+
+    GPU i sits on rail i * rails // GPUs, so eight GPUs on eight rails get one each and eight
+    GPUs on four rails share them in pairs. The leading `=` makes NCCL match names exactly.
+    """
+    if not rails or not gpus:
+        return None
+    gpus_on_node = max(gpus_on_node, max(gpus) + 1)
+    used = sorted({index * len(rails) // gpus_on_node for index in gpus})
+    return "=" + ",".join(f"{rails[rail].device}:{rails[rail].port}" for rail in used)
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on `address` now (the kernel's pick), for rank 0's MASTER_PORT.
+
+    Falls back to all addresses when `address` is a name this host cannot bind (e.g. a public
+    name behind NAT).
+    """
+    for host in (address, "0.0.0.0"):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((host, 0))
+                return probe.getsockname()[1]
+        except OSError:
+            continue
+    raise OSError(f"cannot bind a free port on {address}")
