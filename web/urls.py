@@ -27,6 +27,7 @@ urlpatterns = [
     path("app/", views_tenant.dashboard, name="dashboard"),
     path("app/activity/", views_tenant.activity, name="activity"),
     path("app/leases/<int:lease_id>/", views_lease.lease_detail, name="lease"),
+    path("app/leases/<int:lease_id>/log/", views_lease.lease_log, name="lease-log"),
     path("app/leases/<int:lease_id>/terminate/", views_lease.terminate, name="terminate"),
     path("app/leases/<int:lease_id>/extend/", views_lease.extend, name="extend"),
     path("app/orders/<int:order_id>/cancel/", views_lease.cancel_order, name="cancel-order"),

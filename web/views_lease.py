@@ -1,7 +1,11 @@
 """One lease of the tenant's: its GPUs, history, SLA, the preemption countdown, terminate and
-extend; and cancelling a resting order from the dashboard."""
+extend, what its nodes run (each rank's state, the SSH lines, a live tail of each rank's
+output); and cancelling a resting order from the dashboard."""
+
+import shlex
 
 from django.contrib import messages
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -10,11 +14,14 @@ from fabric.core.locality import Locality
 from market import leasing, orders
 from market.leasing import ENDED, allocation_key, allocations_in_force_with_places
 from market.models import Lease, Order
+from pool import workloads as pool_workloads
 from scheduler.sla import sla_report
 from web.orgs import tenant_required
 from web.views_tenant import _activity_response, gpu_list
 
 MAX_EXTEND_HOURS = 24 * 30
+# a page of a rank's output shown at once; the tail fetches the rest page by page
+LOG_PAGE_BYTES = 256 * 1024
 
 
 def countdown(seconds: float) -> str:
@@ -45,7 +52,21 @@ def _lease_context(lease: Lease) -> dict:
     if lease.state == Lease.State.PREEMPTING and lease.preempt_at:
         left = (lease.preempt_at - now).total_seconds()
         context["preempt_in"] = countdown(left)
-    return context
+    return {**context, **_workload_context(lease)}
+
+
+def _workload_context(lease: Lease) -> dict:
+    """What the lease's nodes run (None without a command), each rank's state, and per node the
+    SSH line (only when the lease brought keys)."""
+    bindings = pool_workloads.bindings_by_lease([lease.reference])[lease.reference]
+    workload = pool_workloads.workload_view(bindings, lease.workload)
+    if workload is not None:
+        workload["command_line"] = shlex.join(str(arg) for arg in workload["command"])
+        workload["env_line"] = " ".join(f"{name}={shlex.quote(str(value))}"
+                                        for name, value in sorted(workload["env"].items()))
+    access = (pool_workloads.access_view(bindings, lease.reference, True)
+              if lease.ssh_keys else [])
+    return {"workload": workload, "access": access, "ssh_wanted": bool(lease.ssh_keys)}
 
 
 def _lease_of(request, lease_id: int) -> Lease:
@@ -58,7 +79,55 @@ def lease_detail(request, lease_id: int):
     context = {"org": request.organization, **_lease_context(lease)}
     if request.headers.get("HX-Request"):
         return render(request, "web/partials/lease.html", context)
+    if context["workload"] is not None:
+        context["log"] = {"live": lease.state not in ENDED, **_log_panel(
+            lease, context["workload"]["nodes"], _node_rank(request.GET.get("rank")))}
     return render(request, "web/lease.html", context)
+
+
+def _node_rank(value: str | None) -> int:
+    if value in (None, ""):
+        return 0
+    if not value.isdigit() or int(value) > 10_000:
+        raise Http404("no such rank")
+    return int(value)
+
+
+@tenant_required
+def lease_log(request, lease_id: int):
+    """A rank's output. With `since` (the tail polling): the lines after that cursor, to append
+    to the page's <pre>, and the next poll while the lease runs or lines remain. Without: the
+    output panel for that rank (its tabs, the lines so far)."""
+    lease = _lease_of(request, lease_id)
+    node_rank = _node_rank(request.GET.get("node_rank"))
+    since = request.GET.get("since")
+    context = {"lease": lease, "node_rank": node_rank,
+               "live": lease.state not in ENDED}
+    if since is not None:
+        try:
+            page = pool_workloads.read_log(lease_ref=lease.reference, node_rank=node_rank,
+                                           since=since, limit_bytes=LOG_PAGE_BYTES)
+        except (pool_workloads.NoSuchRank, pool_workloads.BadCursor) as exc:
+            raise Http404(str(exc)) from None
+        return render(request, "web/partials/log_lines.html", {**context, "page": page})
+    workload = _workload_context(lease)["workload"]
+    if workload is None:
+        raise Http404("the lease runs no command")
+    return render(request, "web/partials/lease_log.html",
+                  {**context, **_log_panel(lease, workload["nodes"], node_rank)})
+
+
+def _log_panel(lease: Lease, ranks: list[dict], node_rank: int) -> dict:
+    """The output panel of one rank: the ranks to choose from and the rank's first page (None
+    before the lease has ranks)."""
+    if not any(rank["node_rank"] == node_rank for rank in ranks):
+        node_rank = 0
+    try:
+        page = pool_workloads.read_log(lease_ref=lease.reference, node_rank=node_rank,
+                                       since=None, limit_bytes=LOG_PAGE_BYTES)
+    except pool_workloads.NoSuchRank:
+        page = None
+    return {"ranks": ranks, "node_rank": node_rank, "page": page}
 
 
 def _after_action(request, lease: Lease):

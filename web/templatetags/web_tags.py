@@ -27,6 +27,8 @@ BADGES = {
     "refused": "bad", "failed": "bad", "preempted": "bad", "suspended": "bad",
     "unreachable": "bad", "offline": "bad",
     "cancelled": "muted", "expired": "muted", "terminated": "muted", "retired": "muted",
+    # a workload's ranks
+    "running": "ok", "waiting": "wait", "exited": "muted", "stopped": "muted",
 }
 
 

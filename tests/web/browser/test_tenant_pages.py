@@ -69,6 +69,78 @@ def test_a_tenant_opens_a_lease_extends_it_and_terminates_it(page, screenshot):
     assert lease.state == "terminated"
 
 
+def _training_output(rank: int, steps: range) -> list[str]:
+    return [f"[rank {rank}] step {step:>4}/1000  loss {2.31 / (1 + step / 40):.4f}  "
+            f"{412 + rank * 3 + step % 7} samples/s" for step in steps]
+
+
+def test_a_tenant_watches_a_two_node_workload_and_tails_each_ranks_output(page, screenshot):
+    from django.utils import timezone
+
+    from market import leasing
+    from market.models import Allocation
+    from pool import services as pool_services
+    from pool import workloads
+    from pool.models import Binding, Node
+
+    lively_market()
+    tenant = _tenant_logged_in(page)
+    place_order(tenant=tenant, actor="tess", request=OrderRequest(
+        gpu_models=["H100-80GB"], gpus=16, hours=4, tier="on_demand",
+        max_price_micros=2_500_000, topology={"required": "leaf"}))
+    lease = Lease.objects.get(tenant=tenant)
+    work = {"command": ["torchrun", "--nnodes=2", "--nproc-per-node=8", "train.py",
+                        "--config", "configs/llama-8b.yaml"],
+            "env": {"WANDB_MODE": "offline"}, "workdir": "runs/llama-8b"}
+    keys = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBSZbW8fOUQdfAixS8gJLuMnG2I1xyGx0c1ld0VHzvFw"
+            " tess@acme"]
+    Lease.objects.filter(pk=lease.pk).update(workload=work, ssh_keys=keys)
+    for state, reason in (("placing", "bound to its nodes"), ("active", "every node serves it")):
+        lease = leasing.change_lease_state(lease=lease, to_state=state, actor="scheduler",
+                                           reason=reason)
+    wanted: dict[int, list[int]] = {}
+    for node_id, index in Allocation.objects.filter(lease=lease).values_list(
+            "gpu__node_id", "gpu__index"):
+        wanted.setdefault(node_id, []).append(index)
+    pool_services.set_lease_bindings(wanted={lease.reference: wanted},
+                                     launches={lease.reference: {**work, "ssh_keys": keys}})
+    ranks = list(Binding.objects.filter(lease_ref=lease.reference).select_related("node")
+                 .order_by("node_rank"))
+    started = timezone.now()
+    for rank in ranks:
+        Binding.objects.filter(pk=rank.pk).update(workload_state="running", started_at=started)
+        Node.objects.filter(pk=rank.node_id).update(
+            runtime="ssh", address=f"10.8.0.{11 + rank.node_rank}", ssh_port=2222)
+        workloads.append_log(node=rank.node, lease_ref=lease.reference,
+                             generation=rank.generation, from_line=0,
+                             lines=_training_output(rank.node_rank, range(0, 240, 10)))
+
+    page.goto(f"/app/leases/{lease.pk}/")
+
+    expect(page.locator("#workload .badge").first).to_have_text("running")
+    expect(page.locator("#ranks tbody tr")).to_have_count(2)
+    expect(page.locator("#access code.copyable").first).to_have_text(
+        re.compile(r"^ssh -p 2222 \S+@10\.8\.0\.11$"))
+    expect(page.locator("#log")).to_contain_text("[rank 0] step  230/1000")
+    # the agent ships more lines: the tail (polling every 2 s) appends them
+    workloads.append_log(node=ranks[0].node, lease_ref=lease.reference,
+                         generation=ranks[0].generation, from_line=24,
+                         lines=_training_output(0, range(240, 300, 10)))
+    expect(page.locator("#log")).to_contain_text("[rank 0] step  290/1000", timeout=10_000)
+    expect(page.locator("#log")).not_to_contain_text("[rank 0] step  240/1000[rank 0]")
+    screenshot(page, "lease-workload", full_page=True)
+    workloads.append_log(node=ranks[0].node, lease_ref=lease.reference,
+                         generation=ranks[0].generation, from_line=30, lines=["<b>not bold</b>"])
+    expect(page.locator("#log")).to_contain_text("<b>not bold</b>", timeout=10_000)  # not run
+    expect(page.locator("#log b")).to_have_count(0)
+
+    page.locator(".rank-tabs").get_by_role("link", name=re.compile("Rank 1")).click()
+
+    expect(page.locator("#log")).to_contain_text("[rank 1] step  230/1000")
+    expect(page.locator("#log")).not_to_contain_text("[rank 0]")
+    expect(page.locator(".rank-tabs [aria-current=true]")).to_contain_text("Rank 1")
+
+
 def test_a_tenant_tops_up_and_the_page_waits_for_the_payment(page, screenshot, settings):
     settings.STRIPE_API_KEY = "sk_test_ibex"  # this exchange takes cards
     tenant = _tenant_logged_in(page)
