@@ -136,7 +136,9 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
         target = pool_orders.resolve_target(
             tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
             tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
-            priority=request.priority, priority_class=request.priority_class)
+            priority=request.priority, priority_class=request.priority_class,
+            runtimes=runtimes_for(workload, ssh_keys),
+            runtimes_field="ssh_keys" if ssh_keys else "workload")
     elif request.tier != Lease.Tier.ON_DEMAND:
         _check(request)
     else:
