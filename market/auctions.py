@@ -89,12 +89,15 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
     # Capacity: GPUs free from now to the farthest end any bid needs (conservative: a GPU
     # counted here is free for every bid's range).
     horizon = max(_starts_at(o, now) + timedelta(hours=o.hours) for o in orders)
+    # every node's GPUs (the probe asks nothing of the agents): the clearing keeps each bid
+    # off the nodes whose runtime cannot run what it asks
     probe = Order(gpu_models=[gpu_model], hours=1)
-    by_node = free_priced_gpus(probe, now, horizon)
+    runtimes: dict[str, str] = {}
+    by_node = free_priced_gpus(probe, now, horizon, runtime_of=runtimes)
     models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
                   .values_list("node__hostname", "gpu_model__name"))
     by_id = {str(o.pk): o for o in orders}
-    market = clearing.clear_market(WIDEST_FIRST, offers_from(by_node, models),
+    market = clearing.clear_market(WIDEST_FIRST, offers_from(by_node, models, runtimes),
                                    [bid_for(o) for o in orders], make_placer(),
                                    gpu_model=gpu_model)
     keys = {key.host: key for key in by_node}

@@ -35,6 +35,7 @@ from market.order_states import (
     release_order_hold,
 )
 from market.placement_port import make_placer
+from pool.core.workloads import runtimes_for
 from pool.models import Gpu, GpuModel
 from pool.services import offered_gpus
 
@@ -135,7 +136,9 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
         target = pool_orders.resolve_target(
             tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
             tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
-            priority=request.priority, priority_class=request.priority_class)
+            priority=request.priority, priority_class=request.priority_class,
+            runtimes=runtimes_for(workload, ssh_keys),
+            runtimes_field="ssh_keys" if ssh_keys else "workload")
     elif request.tier != Lease.Tier.ON_DEMAND:
         _check(request)
     else:
@@ -200,38 +203,50 @@ class FreeGpu(NamedTuple):
 
 
 def free_priced_gpus(order: Order, start: datetime, end: datetime,
-                     gpu_model_of: dict[str, str] | None = None) -> dict[NodeKey, list[FreeGpu]]:
+                     gpu_model_of: dict[str, str] | None = None,
+                     runtime_of: dict[str, str] | None = None,
+                     any_runtime: bool = False) -> dict[NodeKey, list[FreeGpu]]:
     """Node → its free priced GPUs, cheapest first: offered, of an
-    accepted model, for sale over the whole range and for this many hours. `gpu_model_of`,
-    when given, is filled with each node's GPU model (hostname → model).
+    accepted model, for sale over the whole range and for this many hours, on nodes whose
+    runtime can run what the order asks (`pool.core.workloads.runtimes_for`; `any_runtime`:
+    on every node). `gpu_model_of` and `runtime_of`, when given, are filled with each node's
+    GPU model and runtime (hostname → model, runtime).
 
     One row a node (its GPUs as arrays, sorted by the database): on 2,048 GPUs that is 256
     rows instead of 2,048, which is most of an on-demand order's Python time."""
     window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
         Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
     cheapest_first = ("prices__price_micros", "index")
+    runtimes = None if any_runtime else runtimes_for(order.workload, order.ssh_keys)
+    on_nodes = Q() if runtimes is None else Q(node__runtime__in=sorted(runtimes))
     rows = (
         offered_gpus().exclude(node__pools__kind="private")  # private pools are not sold
+        .filter(on_nodes)
         # one filter() call: every condition on `prices` must hold for the same (current) row
         .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
                   prices__min_lease_hours__lte=order.hours) & window)
         .exclude(allocations__period__overlap=(start, end))
         .order_by()
         .values("node_id", "node__fabric__name", "node__host__spine", "node__host__leaf",
-                "node__hostname", "gpu_model__name")
+                "node__hostname", "gpu_model__name", "node__runtime")
         .annotate(ids=ArrayAgg("id", order_by=cheapest_first),
                   indexes=ArrayAgg("index", order_by=cheapest_first),
                   prices=ArrayAgg("prices__price_micros", order_by=cheapest_first))
         .values_list("node__fabric__name", "node__host__spine", "node__host__leaf",
-                     "node__hostname", "gpu_model__name", "ids", "indexes", "prices")
+                     "node__hostname", "gpu_model__name", "node__runtime", "ids", "indexes",
+                     "prices")
     )
     by_node: dict[NodeKey, list[FreeGpu]] = {}
     models: dict[str, str] = {}
-    for fabric, spine, leaf, host, model, ids, indexes, prices in rows:
+    node_runtimes: dict[str, str] = {}
+    for fabric, spine, leaf, host, model, runtime, ids, indexes, prices in rows:
         by_node[NodeKey(fabric, spine, leaf, host)] = list(map(FreeGpu, ids, indexes, prices))
         models[host] = model
+        node_runtimes[host] = runtime
     if gpu_model_of is not None:
         gpu_model_of.update(models)
+    if runtime_of is not None:
+        runtime_of.update(node_runtimes)
     return by_node
 
 
@@ -246,14 +261,16 @@ def bid_for(order: Order) -> clearing.Bid:
                                    slice_size=8 if whole else None,
                                    slice_level="node" if whole else None),
         submitted_at=order.created_at,
+        runtimes=runtimes_for(order.workload, order.ssh_keys),
     )
 
 
-def offers_from(by_node: dict[NodeKey, list[FreeGpu]], gpu_model_of: dict[str, str]
-                ) -> list[clearing.NodeOffer]:
+def offers_from(by_node: dict[NodeKey, list[FreeGpu]], gpu_model_of: dict[str, str],
+                runtime_of: dict[str, str]) -> list[clearing.NodeOffer]:
     return [
         clearing.NodeOffer(name=key.host, gpu_model=gpu_model_of[key.host], labels=key.labels,
-                           reserve_micros=tuple(g.price_micros for g in gpus))
+                           reserve_micros=tuple(g.price_micros for g in gpus),
+                           runtime=runtime_of[key.host])
         for key, gpus in sorted(by_node.items())
     ]
 
@@ -278,15 +295,33 @@ class FoundGpus:
 
 def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
     """Run the placement engine for `order` on the GPUs free over [start, end) now: the
-    cheapest set that satisfies its models, topology and price limit, or why there is none."""
+    cheapest set that satisfies its models, topology and price limit on nodes that can run
+    what it asks, or why there is none."""
     models: dict[str, str] = {}
-    by_node = free_priced_gpus(order, start, end, gpu_model_of=models)
-    result = clearing.match_on_demand(WIDEST_FIRST, offers_from(by_node, models),
+    runtimes: dict[str, str] = {}
+    by_node = free_priced_gpus(order, start, end, gpu_model_of=models, runtime_of=runtimes)
+    result = clearing.match_on_demand(WIDEST_FIRST, offers_from(by_node, models, runtimes),
                                       [bid_for(order)], make_placer())
     if result.refused:
-        return result.refused[0].reason
+        return _why_not(order, start, end, result.refused[0].reason)
     chosen = _cheapest_gpus(by_node, result.matched[0].lines)
     return FoundGpus(chosen=chosen, gpu_model=models[chosen[0][0].host])
+
+
+def _why_not(order: Order, start: datetime, end: datetime, reason: str) -> str:
+    """The refusal's reason; for an order asking nodes to run something, matched again over
+    every node's free GPUs (the clearing still keeps it off the ones that cannot run it), so
+    that a refusal caused by the runtime says so. Only refusals pay for this second look."""
+    if runtimes_for(order.workload, order.ssh_keys) is None:
+        return reason
+    models: dict[str, str] = {}
+    runtimes: dict[str, str] = {}
+    by_node = free_priced_gpus(order, start, end, gpu_model_of=models, runtime_of=runtimes,
+                               any_runtime=True)
+    result = clearing.match_on_demand(WIDEST_FIRST, offers_from(by_node, models, runtimes),
+                                      [bid_for(order)], make_placer())
+    # matched: GPUs freed between the two looks; the first answer stands
+    return result.refused[0].reason if result.refused else reason
 
 
 def match_on_demand(*, order: Order, actor: str) -> Order:

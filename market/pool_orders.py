@@ -25,6 +25,7 @@ from ibex.outbox import services as outbox
 from market import leasing
 from market.models import Lease, Order
 from market.order_states import OS, OrderError, change_order_state
+from pool.core.workloads import why_runtimes
 from pool.models import Gpu, Pool, PriorityClass, QuotaNode
 
 HOLDING = (Lease.State.PENDING, Lease.State.PLACING, Lease.State.ACTIVE, Lease.State.PREEMPTING)
@@ -41,8 +42,11 @@ class PoolTarget:
 
 def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: list[str],
                    tier: str, max_price_micros: int, gpus: int, priority: int,
-                   priority_class: str = ""):
-    """The pool and queue an order names, or `market.orders.OrderError` naming the field."""
+                   priority_class: str = "", runtimes: frozenset[str] | None = None,
+                   runtimes_field: str = "workload"):
+    """The pool and queue an order names, or `market.orders.OrderError` naming the field.
+    `runtimes`: the node runtimes that can run what the order asks (None: any), checked
+    against the pool's nodes (`runtimes_field` is the input at fault)."""
     found = Pool.objects.filter(name=pool, kind=Pool.Kind.PRIVATE).first()
     queues = QuotaNode.objects.filter(pool=found, organization=tenant, children__isnull=True)
     if found is None or not queues.exists():
@@ -90,6 +94,15 @@ def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: l
                .exclude(node__state="retired").count())
     if gpus > largest:
         raise OrderError(f"pool {pool} has {largest} {gpu_models[0]} GPUs", field="gpus")
+    if runtimes is not None:
+        # the pool's nodes as their agents report them now: an order they cannot run would
+        # only wait in the queue for ever
+        able = (Gpu.objects.filter(node__pools=found, gpu_model__name=gpu_models[0],
+                                   node__runtime__in=sorted(runtimes))
+                .exclude(node__state="retired").count())
+        if gpus > able:
+            raise OrderError(f"pool {pool} has {able} {gpu_models[0]} GPUs on nodes that can "
+                             f"run it; {why_runtimes(runtimes)}", field=runtimes_field)
     return PoolTarget(found, chosen, priority, named)
 
 

@@ -6,9 +6,11 @@ bid fits takes a `MakePlacer`, a factory of `Placer`s (place / commit / release 
 names). `scheduler.core.clearing_placer.IndexPlacer` plugs in the placement engine's
 `PlacementIndex`; `python -m scheduler.clearing` runs one clearing on JSON.
 
-    NodeOffer(name, labels, gpu_model, reserve_micros)   one node's free GPUs, a price each
+    NodeOffer(name, labels, gpu_model, reserve_micros, runtime="none")   one node's free GPUs,
+                                                          a price each, what its agent runs
     Topology(required=None, preferred=None, slice_size=None, slice_level=None)
-    Bid(id, gpus, hours, limit_micros, gpu_models=None, topology=Topology(), submitted_at=None)
+    Bid(id, gpus, hours, limit_micros, gpu_models=None, topology=Topology(), submitted_at=None,
+        runtimes=None)                                    runtimes: the node runtimes it may use
     SpotLease(id, limit_micros)
 
     clear_auction(levels, nodes, bids, make_placer, exact=True) -> AuctionClearing
@@ -19,7 +21,9 @@ names). `scheduler.core.clearing_placer.IndexPlacer` plugs in the placement engi
 
 Auction rules, per market (one GPU model):
 - bids are considered by descending limit, then earlier `submitted_at` (none: last), then id;
-- a bid may only take GPUs whose reserve is at or below its limit; it is accepted if the
+- a bid may only take GPUs whose reserve is at or below its limit, on nodes whose runtime
+  can run what it asks (`runtimes`, from `pool.core.workloads.runtimes_for`; None: any node);
+  it is accepted if the
   placer finds room for the whole bid (all or nothing, its topology constraint included) in
   the GPUs not yet sold; on a node it takes the cheapest such GPUs;
 - the clearing price per GPU-hour is the highest limit among bids refused for lack of
@@ -57,6 +61,7 @@ from billing.core.money import (
     to_dollars,
 )
 from market.core.whatif import InvalidInput
+from pool.core.workloads import why_runtimes
 
 ONE_MICRO = Decimal("0.000001")
 EXACT_MAX_BIDS = 60
@@ -100,6 +105,7 @@ class NodeOffer:
     labels: Mapping[str, str]
     gpu_model: str
     reserve_micros: tuple[int, ...]
+    runtime: str = "none"  # what the node's agent runs (`pool.models.Node.Runtime`)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -135,6 +141,8 @@ class Bid:
     gpu_models: frozenset[str] | None = None
     topology: Topology = Topology()
     submitted_at: datetime | None = None
+    # the node runtimes that can run what it asks (a workload, SSH keys); None: any node
+    runtimes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -147,6 +155,8 @@ class Bid:
             raise InvalidInput(f"bid {self.id}.max_price_per_gpu_hour", "must not be negative")
         if self.gpu_models is not None and not isinstance(self.gpu_models, frozenset):
             object.__setattr__(self, "gpu_models", frozenset(self.gpu_models))
+        if self.runtimes is not None and not isinstance(self.runtimes, frozenset):
+            object.__setattr__(self, "runtimes", frozenset(self.runtimes))
         if self.submitted_at is not None and self.submitted_at.tzinfo is None:
             object.__setattr__(self, "submitted_at", self.submitted_at.replace(tzinfo=UTC))
         size = self.topology.slice_size
@@ -290,6 +300,7 @@ class Stock:
     def __init__(self, nodes: Sequence[NodeOffer], placer: Placer) -> None:
         self.placer = placer
         self.prices = {node.name: node.reserve_micros for node in nodes}
+        self.runtime = {node.name: node.runtime for node in nodes}
         self.sold = dict.fromkeys(self.prices, 0)
         self.visible = {name: len(prices) for name, prices in self.prices.items()}
         self.withheld_gpus = 0
@@ -336,6 +347,37 @@ class Stock:
         """Show exactly the unsold GPUs priced at or below `cap` (visits every node)."""
         self._show(self.prices, cap)
         self._next_tier = 0  # lower_cap restarts from the dearest tier
+
+    def unfit_for(self, bid: Bid) -> dict[str, int]:
+        """The GPUs in view on nodes whose runtime cannot run what the bid asks."""
+        if bid.runtimes is None:
+            return {}
+        return {name: visible for name, visible in self.visible.items()
+                if visible and self.runtime[name] not in bid.runtimes}
+
+    def place(self, bid: Bid) -> tuple[Assignment | None, str]:
+        """The placer's answer for the bid over the GPUs in view on the nodes that can run
+        it: the others are taken out of view for this one question. A bid asking nothing of
+        the nodes' agents goes straight to the placer."""
+        unfit = self.unfit_for(bid)
+        if not unfit:
+            return self.placer.place(bid)
+        self.placer.commit(unfit)
+        try:
+            return self.placer.place(bid)
+        finally:
+            self.placer.release(unfit)
+
+    def runtime_refusal(self, bid: Bid) -> str | None:
+        """Why the bid was refused when the runtime is the cause (it would fit in view were
+        every node's runtime able to run it), else None."""
+        unfit = self.unfit_for(bid)
+        if not unfit or self.placer.place(bid)[0] is None:
+            return None
+        assert bid.runtimes is not None
+        fitting = sum(self.visible.values()) - sum(unfit.values())
+        return (f"only {fitting} of {bid.gpus} GPUs are on nodes that can run it; "
+                f"{why_runtimes(bid.runtimes)}")
 
     def unsold_prices(self) -> list[int]:
         return sorted({price for name, prices in self.prices.items()
@@ -448,7 +490,7 @@ def clear_market(
     refused: list[RefusedBid] = []
     smallest_refused: dict[tuple, RefusedBid] = {}  # by constraint: the smallest bid refused
     for bid in sorted(bids, key=auction_order):
-        constraint = (bid.topology, bid.gpu_models)
+        constraint = (bid.topology, bid.gpu_models, bid.runtimes)
         earlier = smallest_refused.get(constraint)
         if earlier is not None and bid.gpus >= earlier.bid.gpus:
             refused.append(RefusedBid(bid, f"no room: bid {earlier.bid.id} for "
@@ -456,12 +498,15 @@ def clear_market(
                                            f"and a limit as high was refused ({earlier.reason})"))
             continue
         stock.lower_cap(bid.limit_micros)
-        assignment, reason = stock.placer.place(bid)
+        assignment, reason = stock.place(bid)
         if assignment is None:
             lowest = stock.lowest_unsold_reserve()
+            runtime_refusal = stock.runtime_refusal(bid)
             if lowest is not None and bid.limit_micros < lowest:
                 reason = (f"the limit {to_dollars(bid.limit_micros)} is below the lowest reserve "
                           f"price in this market, {to_dollars(lowest)} per GPU-hour")
+            elif runtime_refusal is not None:
+                reason = runtime_refusal
             elif stock.withheld_gpus:
                 reason += (f"; {_gpus(stock.withheld_gpus)} more "
                            f"{'is' if stock.withheld_gpus == 1 else 'are'} priced above the "
@@ -582,6 +627,8 @@ def solve_exact(
         accept_columns.append(accept)
         per_node: dict[str, list[int]] = {}
         for node in nodes:
+            if bid.runtimes is not None and node.runtime not in bid.runtimes:
+                continue  # its agent cannot run what the bid asks
             for price, count in tiers[node.name]:
                 if price > bid.limit_micros:
                     break
@@ -707,7 +754,7 @@ def _lowest_cap(stock: Stock, order: Bid, caps: Sequence[int]) -> dict[str, int]
     if not caps:
         return None
     stock.set_cap(caps[-1])
-    assignment, _ = stock.placer.place(order)
+    assignment, _ = stock.place(order)
     if assignment is None:
         return None
     low, high = 0, len(caps) - 1  # caps[high] fits
@@ -715,7 +762,7 @@ def _lowest_cap(stock: Stock, order: Bid, caps: Sequence[int]) -> dict[str, int]
     while low < high:
         middle = (low + high) // 2
         stock.set_cap(caps[middle])
-        assignment, _ = stock.placer.place(order)
+        assignment, _ = stock.place(order)
         if assignment is None:
             low = middle + 1
         else:
@@ -729,7 +776,7 @@ def _on_demand_refusal(stock: Stock, order: Bid, caps: Sequence[int]) -> str:
     dearer = [cap for cap in caps if cap > order.limit_micros]
     if dearer:
         stock.set_cap(dearer[-1])
-        if stock.placer.place(order)[0] is not None:
+        if stock.place(order)[0] is not None:
             needed = _lowest_cap(stock, order, dearer)
             assert needed is not None
             dearest = max(stock.prices[name][stock.sold[name] + gpus - 1]
@@ -738,5 +785,4 @@ def _on_demand_refusal(stock: Stock, order: Bid, caps: Sequence[int]) -> str:
                     f"GPU-hour, above the limit {limit}")
     if caps:
         stock.set_cap(caps[-1])
-    reason = stock.placer.place(order)[1]
-    return reason
+    return stock.runtime_refusal(order) or stock.place(order)[1]

@@ -5,6 +5,8 @@ sent, the lease's workload state from its ranks' states, and the SSH line a tena
     launch_for_rank(work, ...) -> dict                     the `launch` of a start action
     workload_state(rank_states) -> str                     waiting | running | exited | failed | stopped
     ssh_line(user, address, port) -> str                   "ssh -p 2222 ibex-l42@10.0.0.5"
+    runtimes_for(workload, ssh_keys) -> frozenset | None   the node runtimes that can run it
+    why_runtimes(runtimes) -> str                          why other nodes cannot
 """
 
 from collections.abc import Iterable
@@ -14,6 +16,15 @@ RANK_STATES = ("running", "exited", "failed", "stopped")
 WORKLOAD_STATES = ("waiting", *RANK_STATES)
 # a rank that reports one of these has ended: a new report cannot bring it back to running
 ENDED_RANK_STATES = frozenset({"exited", "failed", "stopped"})
+
+# what a node's agent can do for a lease (`pool.models.Node.Runtime`, reported by heartbeats)
+RUNTIMES = ("none", "process", "ssh")
+RUNS_COMMANDS = frozenset({"process", "ssh"})
+RUNS_SSH = frozenset({"ssh"})
+_WHY = {
+    RUNS_COMMANDS: "a workload needs nodes whose agent runs commands (runtime process or ssh)",
+    RUNS_SSH: "SSH keys need nodes whose agent runs SSH (runtime ssh)",
+}
 
 
 def ranks_in_order(hostnames: Iterable[str]) -> dict[str, int]:
@@ -70,3 +81,19 @@ def lease_id_of(ref: str) -> str:
     """The lease id in its reference `L-<id>` (the pool's name for a lease), as text."""
     prefix, _, number = ref.partition("-")
     return number if prefix == "L" and number.isdigit() else ref
+
+
+def runtimes_for(workload: dict | None, ssh_keys: list | None) -> frozenset[str] | None:
+    """The node runtimes a lease asking for this may be placed on; None: any node (it asks
+    nothing of the agent). The one rule every placement applies: orders, auctions, pools,
+    re-placement and moves."""
+    if ssh_keys:
+        return RUNS_SSH  # an ssh runtime also runs the command
+    if workload:
+        return RUNS_COMMANDS
+    return None
+
+
+def why_runtimes(runtimes: frozenset[str]) -> str:
+    """Why a lease restricted to `runtimes` cannot go on other nodes, for refusal reasons."""
+    return _WHY.get(runtimes) or f"it needs nodes whose runtime is {' or '.join(sorted(runtimes))}"

@@ -39,13 +39,15 @@ from market.core.whatif import (
     read_text,
     read_texts,
 )
+from pool.core.workloads import RUNTIMES
 from scheduler.core.clearing_placer import IndexPlacer
 
 USAGE = "usage: python -m scheduler.clearing < clearing.json"
 DOCUMENT_KEYS = {"levels", "nodes", "bids", "mode", "exact"}
-NODE_KEYS = {"name", "labels", "free_gpus", "gpu_model", "reserve_prices", "reserve_price"}
+NODE_KEYS = {"name", "labels", "free_gpus", "gpu_model", "reserve_prices", "reserve_price",
+             "runtime"}
 BID_KEYS = {"id", "gpus", "hours", "max_price_per_gpu_hour", "gpu_models", "topology",
-            "submitted_at"}
+            "submitted_at", "runtimes"}
 TOPOLOGY_KEYS = {"required", "preferred", "slice"}
 MODES = ("auction", "on_demand")
 
@@ -78,7 +80,21 @@ def parse_node(raw: Any, position: int, levels: Sequence[str]) -> NodeOffer:
             raise InvalidInput(f"{field}.reserve_prices",
                                "must be a list with one price per free GPU")
         prices = [_price(p, f"{field}.reserve_prices[{i}]") for i, p in enumerate(listed)]
-    return NodeOffer(name, dict(labels), gpu_model, tuple(prices))
+    runtime = read_text(raw.get("runtime"), f"{field}.runtime", optional=True) or "none"
+    if runtime not in RUNTIMES:
+        raise InvalidInput(f"{field}.runtime", f"must be one of {', '.join(RUNTIMES)}")
+    return NodeOffer(name, dict(labels), gpu_model, tuple(prices), runtime=runtime)
+
+
+def _runtimes(value: Any, field: str) -> frozenset[str] | None:
+    """The node runtimes a bid may use (what its workload or SSH keys need); absent: any."""
+    if value is None:
+        return None
+    runtimes = read_texts(value, field)
+    for i, runtime in enumerate(runtimes):
+        if runtime not in RUNTIMES:
+            raise InvalidInput(f"{field}[{i}]", f"must be one of {', '.join(RUNTIMES)}")
+    return frozenset(runtimes)
 
 
 def _hours(value: Any, field: str) -> Decimal:
@@ -151,6 +167,7 @@ def parse_bid(raw: Any, position: int, levels: Sequence[str]) -> Bid:
         gpu_models=None if models is None else frozenset(read_texts(models, f"{field}.gpu_models")),
         topology=topology,
         submitted_at=_submitted_at(raw.get("submitted_at"), f"{field}.submitted_at"),
+        runtimes=_runtimes(raw.get("runtimes"), f"{field}.runtimes"),
     )
 
 

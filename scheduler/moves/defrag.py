@@ -28,6 +28,7 @@ from django.utils import timezone
 from ibex.accounts.models import ProviderProfile
 from market import leasing
 from market.models import Allocation, GpuPrice, Lease
+from pool.core.workloads import runtimes_for
 from pool.models import Gpu, Node, Pool
 from scheduler.core.placement import defrag as core
 from scheduler.models import DefragRun
@@ -49,7 +50,7 @@ def snapshot(now: datetime) -> tuple[list[core.NodeView], list[core.LeaseView]]:
         node__provider__provider_profile__state=ProviderProfile.State.VERIFIED,
         node__state=Node.State.ACTIVE, node__health=Node.Health.REACHABLE,
     ).values_list("id", "node_id", "node__fabric__name", "node__host__leaf",
-                  "gpu_model__name", "health").order_by("node_id", "index")
+                  "gpu_model__name", "health", "node__runtime").order_by("node_id", "index")
     prices = dict(GpuPrice.objects.filter(
         Q(superseded_at__isnull=True, min_lease_hours__lte=1, gpu__node__state=Node.State.ACTIVE)
         & (Q(offered_from__isnull=True) | Q(offered_from__lte=now))
@@ -72,22 +73,24 @@ def snapshot(now: datetime) -> tuple[list[core.NodeView], list[core.LeaseView]]:
             next_start[gpu_id] = period.lower
     by_node: dict[int, list] = defaultdict(list)
     labels = {}
-    for gpu_id, node_id, fabric, leaf, model, health in gpus:
+    for gpu_id, node_id, fabric, leaf, model, health, runtime in gpus:
         ends = [t for t in (next_start.get(gpu_id), until.get(gpu_id)) if t is not None]
         by_node[node_id].append(core.GpuSlot(
             id=gpu_id, healthy=health == Gpu.Health.OK, price_micros=prices.get(gpu_id),
             free_until=min(ends).timestamp() if ends else None))
-        labels[node_id] = (f"{fabric}/{leaf}", model, fabric)
+        labels[node_id] = (f"{fabric}/{leaf}", model, fabric, runtime)
     nodes = [core.NodeView(name=str(node_id), leaf=labels[node_id][0],
                            gpu_model=labels[node_id][1], gpus=tuple(slots),
-                           fabric=labels[node_id][2])
+                           fabric=labels[node_id][2], runtime=labels[node_id][3])
              for node_id, slots in by_node.items()]
     leases = [core.LeaseView(id=lease.pk, gpu_model=lease.gpu_model,
                              gpus=frozenset(held[lease.pk]), movable=movable(lease),
                              max_price_micros=paid[lease.pk],
-                             ends_at=lease.ends_at.timestamp())
+                             ends_at=lease.ends_at.timestamp(),
+                             runtimes=runtimes_for(lease.workload, lease.ssh_keys))
               for lease in Lease.objects.filter(pk__in=list(held)).only(
-                  "id", "tier", "state", "allow_moves", "preempt_at", "gpu_model", "ends_at")]
+                  "id", "tier", "state", "allow_moves", "preempt_at", "gpu_model", "ends_at",
+                  "workload", "ssh_keys")]
     return nodes, leases
 
 

@@ -4,7 +4,8 @@ One pass of remediation or draining builds one `FreeIndex` (three queries): the 
 offered GPUs, grouped by where they may go, by model and by node, leaf and spine. Market GPUs
 (with a current price, in no private pool) and each private pool's GPUs (unpriced: quota pays)
 are kept apart: a market lease only ever takes market GPUs and a private-pool lease only GPUs
-of its own pool (`take(pool=...)`). Each
+of its own pool (`take(pool=...)`), and a lease asking its nodes to run something only GPUs
+of nodes whose runtime can run it (`take(runtimes=...)`). Each
 lease then takes its replacements from the index, without asking the database again; what it
 took is gone from the index for the leases after it. The index can be stale by the time a lease
 is moved (another worker took a GPU): the exclusion constraint on allocations still decides,
@@ -39,6 +40,7 @@ class Slot:
     node_id: int = 0
     index: int = 0
     pool: int | None = None  # the private pool the GPU belongs to; None: the market
+    runtime: str = "none"  # what its node's agent runs (`pool.models.Node.Runtime`)
 
     def domain(self, level: str) -> tuple[str, str]:
         return (self.fabric, {"node": self.host, "leaf": self.leaf, "spine": self.spine,
@@ -98,34 +100,39 @@ class FreeIndex:
             .annotate(busy_from=Subquery(next_start))
             .values_list("id", "prices__price_micros", "node__fabric__name", "node__host__spine",
                          "node__host__leaf", "node__hostname", "prices__offered_until",
-                         "busy_from", "gpu_model__name", "node_id", "index")
+                         "busy_from", "gpu_model__name", "node_id", "index", "node__runtime")
         )
         private = (
             offered_gpus().filter(node_id__in=list(pool_of))
             .exclude(allocations__period__contains=now)
             .annotate(busy_from=Subquery(next_start))
             .values_list("id", "node__fabric__name", "node__host__spine", "node__host__leaf",
-                         "node__hostname", "busy_from", "gpu_model__name", "node_id", "index")
+                         "node__hostname", "busy_from", "gpu_model__name", "node_id", "index",
+                         "node__runtime")
         ) if pool_of else []
         slots, model_of = [], {}
-        for gpu_id, price, fabric, spine, leaf, host, until, busy, model, node, index in rows:
-            slots.append(Slot(gpu_id, price, fabric, spine, leaf, host, until, busy, node, index))
+        for (gpu_id, price, fabric, spine, leaf, host, until, busy, model, node, index,
+             runtime) in rows:
+            slots.append(Slot(gpu_id, price, fabric, spine, leaf, host, until, busy, node, index,
+                              runtime=runtime))
             model_of[gpu_id] = model
-        for gpu_id, fabric, spine, leaf, host, busy, model, node, index in private:
+        for gpu_id, fabric, spine, leaf, host, busy, model, node, index, runtime in private:
             slots.append(Slot(gpu_id, 0, fabric, spine, leaf, host, None, busy, node, index,
-                              pool=pool_of[node]))
+                              pool=pool_of[node], runtime=runtime))
             model_of[gpu_id] = model
         return slots, model_of
 
-    def _usable(self, slots: list[Slot], max_price: int, ends_at: datetime):
+    def _usable(self, slots: list[Slot], max_price: int, ends_at: datetime,
+                runtimes: frozenset[str] | None):
         for slot in slots:
             if (slot.gpu_id not in self.taken and slot.price_micros <= max_price
-                    and slot.free_until(ends_at)):
+                    and slot.free_until(ends_at)
+                    and (runtimes is None or slot.runtime in runtimes)):
                 yield slot
 
-    def _cheapest(self, slots, count, max_price, ends_at) -> list[Slot]:
+    def _cheapest(self, slots, count, max_price, ends_at, runtimes) -> list[Slot]:
         found = []
-        for slot in self._usable(slots, max_price, ends_at):
+        for slot in self._usable(slots, max_price, ends_at, runtimes):
             found.append(slot)
             if len(found) == count:
                 break
@@ -133,7 +140,8 @@ class FreeIndex:
 
     def take(self, *, gpu_model: str, count: int, max_price: int, ends_at: datetime,
              level: str | None, required: bool, keep=None, prefer=None, fabric=None,
-             prefer_fabric=None, pool: int | None = None) -> list[Slot] | None:
+             prefer_fabric=None, pool: int | None = None,
+             runtimes: frozenset[str] | None = None) -> list[Slot] | None:
         """`count` GPUs for a lease, or None. `keep`: the domain (at `level`) its staying GPUs
         share, which the replacements must share too when the constraint is required (a
         preferred one tries it first, then the cheapest elsewhere). With nothing staying, a
@@ -141,7 +149,8 @@ class FreeIndex:
         was) first, then any. Whatever the constraint, a lease never spans two fabrics (no
         InfiniBand joins them): replacements come from `fabric`, its staying GPUs' fabric, or
         with nothing staying from one fabric, `prefer_fabric` first. `pool`: the private pool
-        of a pool lease (its GPUs only); None for a market lease (market GPUs only)."""
+        of a pool lease (its GPUs only); None for a market lease (market GPUs only).
+        `runtimes`: the node runtimes that can run what the lease asks (None: any node)."""
         gpu_model = (pool, gpu_model)  # the index keys models by (pool, model)
         fabrics = [fabric] if fabric else sorted(
             (d[0] for d in self.domains.get((gpu_model, "fabric"), ())),
@@ -149,22 +158,23 @@ class FreeIndex:
         chosen: list[Slot] | None = None
         if level in CONSTRAINT_LEVELS and keep is not None:
             chosen = self._cheapest(self.by_domain.get((gpu_model, level, keep), []), count,
-                                    max_price, ends_at)
+                                    max_price, ends_at, runtimes)
             if len(chosen) < count:
                 chosen = None if required else self._fill(chosen, gpu_model, count, max_price,
-                                                          ends_at, fabrics)
+                                                          ends_at, fabrics, runtimes)
         elif level in CONSTRAINT_LEVELS:
-            chosen = self._one_domain(gpu_model, level, count, max_price, ends_at, prefer)
+            chosen = self._one_domain(gpu_model, level, count, max_price, ends_at, prefer,
+                                      runtimes)
             if chosen is None and not required:
-                chosen = self._fill([], gpu_model, count, max_price, ends_at, fabrics)
+                chosen = self._fill([], gpu_model, count, max_price, ends_at, fabrics, runtimes)
         else:
-            chosen = self._fill([], gpu_model, count, max_price, ends_at, fabrics)
+            chosen = self._fill([], gpu_model, count, max_price, ends_at, fabrics, runtimes)
         if chosen is None or len(chosen) < count:
             return None
         self.taken.update(s.gpu_id for s in chosen)
         return chosen
 
-    def _fill(self, chosen, gpu_model, count, max_price, ends_at, fabrics
+    def _fill(self, chosen, gpu_model, count, max_price, ends_at, fabrics, runtimes
               ) -> list[Slot] | None:
         """`chosen` topped up with the cheapest usable GPUs of the first fabric that has
         enough."""
@@ -172,7 +182,7 @@ class FreeIndex:
         for fabric in fabrics:
             found = list(chosen)
             for slot in self._usable(self.by_domain.get((gpu_model, "fabric", (fabric, fabric)),
-                                                        []), max_price, ends_at):
+                                                        []), max_price, ends_at, runtimes):
                 if len(found) == count:
                     break
                 if slot.gpu_id not in ids:
@@ -181,12 +191,12 @@ class FreeIndex:
                 return found
         return None
 
-    def _one_domain(self, gpu_model, level, count, max_price, ends_at, prefer):
+    def _one_domain(self, gpu_model, level, count, max_price, ends_at, prefer, runtimes):
         domains = sorted(self.domains.get((gpu_model, level), ()),
                          key=lambda d: (d != prefer, d))
         for domain in domains:
             chosen = self._cheapest(self.by_domain[(gpu_model, level, domain)], count,
-                                    max_price, ends_at)
+                                    max_price, ends_at, runtimes)
             if len(chosen) == count:
                 return chosen
         return None

@@ -14,6 +14,7 @@ from django.utils import timezone
 from market import leasing
 from market.models import Allocation, Lease
 from pool import services as pool
+from pool.core.workloads import runtimes_for
 from pool.models import Gpu, Node
 from scheduler.moves.free_gpus import FreeIndex, Slot, domain_of
 
@@ -67,7 +68,8 @@ def _single(domains: set):
 
 def choose(lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex
             ) -> list[Slot] | None:
-    """Replacements for `leaving` inside the domain the lease's topology constraint promised."""
+    """Replacements for `leaving` inside the domain the lease's topology constraint promised,
+    on nodes whose runtime can run what the lease asks."""
     order = getattr(lease, "order", None)
     topology = (order.topology if order else {}) or {}
     level = topology.get("required") or topology.get("preferred")
@@ -79,7 +81,8 @@ def choose(lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex
         prefer=_single({h.domain(level) for h in held}),
         fabric=_single({h.fabric for h in staying}),
         prefer_fabric=_single({h.fabric for h in held}),
-        pool=lease.quota_node.pool_id if lease.quota_node_id else None)
+        pool=lease.quota_node.pool_id if lease.quota_node_id else None,
+        runtimes=runtimes_for(lease.workload, lease.ssh_keys))
 
 
 def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,

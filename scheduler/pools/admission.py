@@ -20,7 +20,7 @@ the pool's row lock so two passes never admit against the same usage:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -32,6 +32,7 @@ from market import leasing, pool_orders
 from market.models import Lease, Order
 from pool import quotas
 from pool.core import quotas as core
+from pool.core.workloads import runtimes_for, why_runtimes
 from pool.models import Gpu, Pool, QuotaNode
 from pool.services import offered_gpus
 from scheduler.core.placement import Node, PlacementIndex, Request, Slice
@@ -55,6 +56,7 @@ class FreeNode:
     gpus: list[tuple[int, int]]  # (gpu id, index), lowest index first
     total: int
     model: str
+    runtime: str = "none"  # what its agent runs (`pool.models.Node.Runtime`)
 
 
 def workload_of(order: Order) -> core.Workload:
@@ -70,11 +72,12 @@ def free_nodes(pool: Pool, start: datetime, end: datetime) -> dict[str, FreeNode
     rows = (offered_gpus().filter(node__pools=pool)
             .exclude(allocations__period__overlap=(start, end))
             .values_list("id", "index", "node__fabric__name", "node__host__spine",
-                         "node__host__leaf", "node__hostname", "gpu_model__name"))
+                         "node__host__leaf", "node__hostname", "gpu_model__name",
+                         "node__runtime"))
     nodes: dict[str, FreeNode] = {}
-    for gpu_id, index, fabric, spine, leaf, host, model in rows:
+    for gpu_id, index, fabric, spine, leaf, host, model, runtime in rows:
         node = nodes.setdefault(host, FreeNode(NodeKey(fabric, spine, leaf, host), [],
-                                               totals.get(host, 0), model))
+                                               totals.get(host, 0), model, runtime))
         node.gpus.append((gpu_id, index))
     for node in nodes.values():
         node.gpus.sort(key=lambda g: g[1])
@@ -128,17 +131,28 @@ class PoolPlacer:
             for name, n in sorted(self.nodes.items())])
 
     def place(self, order: Order) -> tuple[list[tuple[NodeKey, int]] | None, str]:
-        """[(node key, gpu id)] for the order, or None and the reason."""
+        """[(node key, gpu id)] for the order, or None and the reason. Only nodes whose
+        runtime can run what the order asks are used (`pool.core.workloads.runtimes_for`)."""
         others = {q: n for q, n in self.shapes.items() if q != order.quota_node.name}
         topology = order.topology or {}
         whole = topology.get("whole_nodes")
+        reserved = frozenset(reserved_nodes(self.nodes, others))
+        runtimes = runtimes_for(order.workload, order.ssh_keys)
+        unfit = frozenset() if runtimes is None else frozenset(
+            name for name, node in self.nodes.items() if node.runtime not in runtimes)
         request = Request(gpus=order.gpus, required=topology.get("required"),
                           preferred=topology.get("preferred"),
                           slice=Slice(8, "node") if whole else None,
                           gpu_models=frozenset(order.gpu_models),
-                          exclude_nodes=frozenset(reserved_nodes(self.nodes, others)))
+                          exclude_nodes=reserved | unfit)
         placement = self.index.place(request)
         if not placement.placed:
+            if unfit and self.index.place(replace(request, exclude_nodes=reserved)).placed:
+                assert runtimes is not None
+                fitting = sum(len(node.gpus) for name, node in self.nodes.items()
+                              if name not in unfit and name not in reserved)
+                return None, (f"only {fitting} of {order.gpus} GPUs are on nodes that can run "
+                              f"it; {why_runtimes(runtimes)}")
             return None, placement.reason
         chosen = []
         for name, count in sorted(placement.assignment.items()):

@@ -338,6 +338,7 @@ def ed25519_key(tmp_path) -> str:
 
 def test_an_orders_workload_and_keys_are_kept_and_copied_to_its_lease(provider, tenant_client,
                                                                       ed25519_key):
+    Node.objects.update(runtime="ssh")  # SSH keys need nodes whose agent runs SSH
     response = order(tenant_client, workload=WORKLOAD, ssh_keys=[ed25519_key])
 
     body = response.json()

@@ -10,9 +10,9 @@ node on it is. The planner takes one movable lease at a time, frees its GPUs in 
 tries every target it may go to: one node, or one leaf (packed two ways: the fullest nodes
 first, or the fewest nodes). A target is allowed when its GPUs are of the lease's model, free
 and healthy, priced within the lease's limit and free until the lease ends (or already the
-lease's own), in the lease's fabric, and when the lease ends no farther apart than it was (a
-lease on one node stays on one node; any other goes to one node or one leaf), so no topology
-constraint is ever broken.
+lease's own), in the lease's fabric, on a node whose runtime can run what the lease asks, and
+when the lease ends no farther apart than it was (a lease on one node stays on one node; any
+other goes to one node or one leaf), so no topology constraint is ever broken.
 
 Targets are compared by what the whole pool gains, in this order: whole free leaves, whole free
 nodes, fewer leaves the lease spans, fewer nodes it spans, free GPUs gathered in fewer leaves
@@ -44,6 +44,7 @@ class NodeView:
     gpu_model: str
     gpus: tuple[GpuSlot, ...]
     fabric: str = ""  # a lease never leaves its fabric
+    runtime: str = "none"  # what its agent runs (`pool.models.Node.Runtime`)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class LeaseView:
     movable: bool
     max_price_micros: int = 0
     ends_at: float = float("inf")
+    # the node runtimes that can run what it asks (`pool.core.workloads.runtimes_for`);
+    # None: any node
+    runtimes: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ class _Pool:
             return []
         mine = self.held[lease.id]
         own = [g.id for g in node.gpus if g.id in mine and g.healthy]
+        if lease.runtimes is not None and node.runtime not in lease.runtimes:
+            return own  # its agent cannot run the lease: gather it nowhere new here
         free = sorted(
             (g for g in node.gpus
              if g.id not in mine and self._is_free(g.id) and g.price_micros is not None

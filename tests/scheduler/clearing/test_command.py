@@ -94,6 +94,16 @@ def test_on_demand_matches_at_posted_prices_with_a_breakdown():
     assert {refusal["id"] for refusal in answer["refused"]} == {"b", "7"}
 
 
+def test_a_bid_with_runtimes_takes_only_nodes_whose_runtime_is_one_of_them():
+    # "c" alone, asking for a runtime only n3 reports: it skips the cheaper n1 and n2
+    document = with_changes(AUCTION, mode="on_demand", nodes__2__runtime="process",
+                            bids__2__runtimes=["process", "ssh"])
+    document["bids"] = [document["bids"][2]]
+    done = run(document)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["matched"][0]["assignment"] == {"n3": 4}
+
+
 def test_the_exact_solve_can_be_switched_off():
     done = run(with_changes(AUCTION, exact=False))
     assert json.loads(done.stdout)["markets"][0]["exact"] is None
@@ -117,6 +127,8 @@ def test_the_exact_solve_can_be_switched_off():
          "bids[1].topology.slice.size"),
         ({"bids__2__submitted_at": "yesterday"}, "bids[2].submitted_at"),
         ({"bids__3__id": "a"}, "bids[3].id"),
+        ({"nodes__0__runtime": "docker"}, "nodes[0].runtime"),
+        ({"bids__0__runtimes": ["process", "k8s"]}, "bids[0].runtimes[1]"),
         ({"mode": "haggle"}, "mode"),
         ({"extra": 1}, "extra"),
     ],
