@@ -1,4 +1,9 @@
-"""Per-lease Unix accounts: `ibex-l<lease>`, a home under `<work-dir>/leases`, files in it.
+"""Per-lease Unix accounts: `ibex-l<lease id>`, a home under `<work-dir>/leases`, files in it.
+
+Several agents on one host (tests, or one agent per GPU board) may serve the same lease: they
+share its account, each with its own home under its own work dir. Each marks its use under
+/run/ibex-agent/accounts/<name>/; the last to let go removes the account, its processes and
+its scratch files.
 
 The agent runs as root, so it never writes through a path a tenant controls: the home is made
 by root in a root-owned directory, and what goes inside it (env.sh, authorized_keys, the
@@ -7,11 +12,12 @@ tenant planted leads nowhere the tenant could not already write.
 """
 
 import fcntl
+import hashlib
 import os
 import pwd
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +27,7 @@ from agent.errors import AgentError
 ACCOUNT_PREFIX = "ibex-l"
 # several agents on one host (tests, or one per GPU board) share /etc/passwd: one at a time
 LOCK_PATH = Path("/run/ibex-agent/accounts.lock")
+USERS_DIR = Path("/run/ibex-agent/accounts")
 _LEASE_ID = re.compile(r"^[A-Za-z0-9_-]{1,26}$")  # user names are at most 32 characters
 USERDEL_NO_SUCH_USER = 6
 
@@ -33,10 +40,15 @@ class Account:
     home: Path
 
 
+def lease_id(lease: str) -> str:
+    """The lease's id in the server's reference `L-<id>` (what IBEX_LEASE_ID says)."""
+    return lease.removeprefix("L-")
+
+
 def account_name(lease: str) -> str:
-    if not _LEASE_ID.match(lease):
+    if not _LEASE_ID.match(lease_id(lease)):
         raise AgentError(f"lease id {lease!r} cannot name a Unix account")
-    return ACCOUNT_PREFIX + lease
+    return ACCOUNT_PREFIX + lease_id(lease)
 
 
 def home_of(leases_dir: Path, lease: str) -> Path:
@@ -65,6 +77,9 @@ def ensure_account(lease: str, leases_dir: Path) -> Account:
             # `*`, not useradd's locked `!`: sshd refuses locked accounts even for keys (UsePAM no)
             _run(["useradd", "-M", "-U", "-d", str(home), "-s", "/bin/bash", "-p", "*", name])
             entry = pwd.getpwnam(name)
+        mark = _user_mark(name, leases_dir)
+        mark.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mark.touch()
     account = Account(name, entry.pw_uid, entry.pw_gid, home)
     try:
         home.mkdir(mode=0o700, exist_ok=True)
@@ -75,12 +90,42 @@ def ensure_account(lease: str, leases_dir: Path) -> Account:
     return account
 
 
-def remove_account(name: str) -> None:
-    """userdel (its group goes with it); the home and files are removed by the caller."""
+def release_account(name: str, leases_dir: Path, clear_uid: Callable[[int], bool]) -> bool:
+    """This agent no longer serves the lease. When no other agent on the host does, kill what
+    is left of the account (`clear_uid`: False when some process survives), then userdel it
+    (its group goes with it). True when this agent is done with it."""
     with accounts_lock():
+        mark = _user_mark(name, leases_dir)
+        if any(user != mark for user in _users(mark.parent)):
+            mark.unlink(missing_ok=True)
+            return True  # another agent still runs the lease here: the account stays
+        try:
+            uid = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            uid = None
+        if uid is not None and not clear_uid(uid):
+            return False
         result = subprocess.run(["userdel", name], capture_output=True, text=True)
-    if result.returncode not in (0, USERDEL_NO_SUCH_USER):
-        raise AgentError(f"userdel {name} failed: {_first_line(result.stderr)}")
+        if result.returncode not in (0, USERDEL_NO_SUCH_USER):
+            raise AgentError(f"userdel {name} failed: {_first_line(result.stderr)}")
+        mark.unlink(missing_ok=True)
+        try:
+            mark.parent.rmdir()
+        except OSError:
+            pass
+        return True
+
+
+def _user_mark(name: str, leases_dir: Path) -> Path:
+    agent = hashlib.sha256(str(leases_dir.resolve()).encode()).hexdigest()[:16]
+    return USERS_DIR / name / agent
+
+
+def _users(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
 
 
 def account_exists(name: str) -> bool:

@@ -18,6 +18,7 @@ from agent import __version__, sysinfo
 from agent.client import ApiClient
 from agent.errors import AgentError
 from agent.fleet import Fleet, FleetOptions
+from agent.heartbeat import GpuSample
 from agent.ibports import ports_payload, read_ib_ports
 from agent.logship import LogShipper
 from agent.node import NodeAgent
@@ -78,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None,
                      help="how other nodes and tenants reach this node (default: its hostname)")
     run.add_argument("--ssh-port", type=_port, default=None, help="the sshd's port (with --runtime ssh)")
+    run.add_argument("--simulate-gpus", type=_positive_int, default=None, metavar="N",
+                     help="report N idle, healthy GPUs instead of reading NVML (a machine "
+                          "without GPUs acting as a node: tests, rehearsals)")
     run.add_argument("--work-dir", type=Path, default=None,
                      help="lease homes, logs and sshd files (default: 'work' beside the state file)")
     _add_common_arguments(run)
@@ -244,7 +248,8 @@ def command_run(args: argparse.Namespace) -> int:
         # its own HTTP session: a requests.Session is not shared between threads
         shipper = LogShipper(ApiClient(state.api, timeout_s=args.timeout), state.node_id, state.token,
                              runtime.log_sources)
-    read_gpus, close = gpu_reader()
+    read_gpus, close = simulated_gpu_reader(args.simulate_gpus) if args.simulate_gpus \
+        else gpu_reader()
     stop = threading.Event()
     agent = NodeAgent(
         client=ApiClient(state.api, timeout_s=args.timeout),
@@ -278,6 +283,13 @@ def command_run(args: argparse.Namespace) -> int:
             sshd.stop()
         close()
     return 0
+
+
+def simulated_gpu_reader(count: int):
+    """Idle, healthy readings of `count` GPUs (`--simulate-gpus`)."""
+    samples = [GpuSample(index=i, temperature_c=35, utilization_pct=0, memory_used_mib=0,
+                         ecc_errors=0, xid_errors=0) for i in range(count)]
+    return (lambda: samples), (lambda: None)
 
 
 def gpu_reader():

@@ -10,6 +10,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
+from agent.accounts import lease_id
 from agent.ibports import IbPort
 
 # the PATH of a lease account, as a login shell on Debian/Ubuntu would set it
@@ -92,7 +93,7 @@ def launch_env(
     """Every variable the lease's command (and its SSH logins) sees, tenant's env included."""
     env = dict(launch.env)
     env.update({
-        "IBEX_LEASE_ID": lease,
+        "IBEX_LEASE_ID": lease_id(lease),
         "NODE_RANK": str(launch.node_rank),
         "NNODES": str(launch.nnodes),
         "GPUS_PER_NODE": str(len(gpus)),

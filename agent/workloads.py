@@ -14,7 +14,6 @@ status files).
 import json
 import logging
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import agent
 from agent import cgroups
-from agent.accounts import account_name, ensure_account, make_dir_as, remove_account
+from agent.accounts import account_name, ensure_account, make_dir_as, release_account
 from agent.errors import AgentError
 from agent.heartbeat import Action, iso_utc
 from agent.homes import remove_files_of, write_login_files
@@ -383,19 +382,14 @@ class Runtime:
         """Kill every process of the lease, remove its files and account; True when done.
         What fails is said once (not every tick) and tried again next tick."""
         name = account_name(w.lease)
-        try:
-            uid = pwd.getpwnam(name).pw_uid
-        except KeyError:
-            uid = None
-        if not self._kill_leftovers(w) or (uid is not None and not kill_uid(uid)):
+        if not self._kill_leftovers(w):
             return self._trouble(w, "some of its processes survive SIGKILL (uninterruptible?)")
-        if uid is not None:
-            remove_files_of(uid)
         shutil.rmtree(self.leases_dir / name, ignore_errors=True)
         for path in [*self.logs_dir.glob(f"{w.lease}.*"), *self.run_dir.glob(f"{w.lease}.*")]:
             path.unlink(missing_ok=True)
         try:
-            remove_account(name)
+            if not release_account(name, self.leases_dir, _clear_uid):
+                return self._trouble(w, "some of its processes survive SIGKILL (uninterruptible?)")
         except AgentError as error:
             return self._trouble(w, str(error))
         return True
@@ -436,6 +430,15 @@ def _workloads_from(records: dict[str, dict]) -> dict[str, Workload]:
         except TypeError:
             log.warning("lease %s: its record in the state file is unreadable; not watched", lease)
     return workloads
+
+
+def _clear_uid(uid: int) -> bool:
+    """The last agent serving a lease on this host: every process and scratch file of its
+    account goes (False when some process outlives SIGKILL)."""
+    if not kill_uid(uid):
+        return False
+    remove_files_of(uid)
+    return True
 
 
 def _supervisor_env() -> dict[str, str]:

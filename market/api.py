@@ -153,7 +153,7 @@ class LeaseAccessSerializer(serializers.Serializer):
 
 class LeaseLogSerializer(serializers.Serializer):
     node_rank = serializers.IntegerField()
-    node = serializers.CharField()
+    node = serializers.CharField(allow_null=True, help_text="null until the lease is on its nodes")
     lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
     cursor = serializers.CharField(help_text="pass it back as `since` for the lines after these")
     dropped = serializers.IntegerField(help_text="lines lost before these (trimmed to the "

@@ -278,7 +278,7 @@ def _trim(binding: Binding, generation: int) -> int:
 @dataclass(frozen=True)
 class LogPage:
     node_rank: int
-    node: str
+    node: str | None  # None until the lease is on its nodes
     lines: list[str]
     cursor: str
     dropped: int
@@ -291,12 +291,17 @@ class NoSuchRank(Exception):
 
 def read_log(*, lease_ref: str, node_rank: int, since: str | None,
              limit_bytes: int = 1024 * 1024) -> LogPage:
-    """A page of a rank's output after the cursor `since` (from the start without one)."""
+    """A page of a rank's output after the cursor `since` (from the start without one). A lease
+    not on its nodes yet, or running no command, has no output yet: an empty page."""
     ranks = current_ranks(bindings_by_lease([lease_ref])[lease_ref])
+    generation, line = _parse_cursor(since)
+    if not ranks:
+        return LogPage(node_rank=node_rank, node=None, lines=[], cursor=since or "0.0",
+                       dropped=0, more=False)
     rank = next((b for b in ranks if b.node_rank == node_rank), None)
     if rank is None:
-        raise NoSuchRank(f"the lease has no node_rank {node_rank}")
-    generation, line = _parse_cursor(since)
+        raise NoSuchRank(f"the lease has no node_rank {node_rank}: its ranks are "
+                         f"0..{len(ranks) - 1}")
     if generation != rank.generation:  # the lease moved and restarted: its new run, from the top
         line = 0
     runs = WorkloadLog.objects.filter(binding=rank, generation=rank.generation)

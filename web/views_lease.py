@@ -120,6 +120,8 @@ def lease_log(request, lease_id: int):
 def _log_panel(lease: Lease, ranks: list[dict], node_rank: int) -> dict:
     """The output panel of one rank: the ranks to choose from and the rank's first page (None
     before the lease has ranks)."""
+    if not ranks:
+        return {"ranks": ranks, "node_rank": 0, "page": None}
     if not any(rank["node_rank"] == node_rank for rank in ranks):
         node_rank = 0
     try:

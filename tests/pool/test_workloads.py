@@ -255,6 +255,7 @@ def test_a_held_heartbeat_is_answered_as_soon_as_a_lease_is_bound_to_the_node(
     import threading
     import time
 
+    services.ensure_gpu_catalogue()  # a transactional test starts from a flushed database
     body = provider_client.post("/api/v1/nodes/", node_body("node01"), format="json").json()
     node = (body["id"], body["token"])
     beat(node, runtime={"kind": "process", "address": "10.0.0.1"})

@@ -51,6 +51,7 @@ PUBLIC_OR_SELF = {
 # Operations that no API key authorises, by design; their own tests cover their credentials.
 NOT_KEYED = {
     ("/api/v1/nodes/{id}/heartbeat/", "post"): "a node agent's token (tests/pool/test_heartbeat)",
+    ("/api/v1/nodes/{id}/logs/", "post"): "a node agent's token (tests/pool/test_workloads)",
     ("/api/v1/stripe/webhook/", "post"): "Stripe's signature (tests/market/test_webhooks)",
     ("/api/v1/orgs/", "post"): "sign-up, open to anyone (throttled)",
 }

@@ -1,0 +1,163 @@
+"""From order to the first line of the command's output on a 2-node lease, with real parts:
+the API through gunicorn (as `make demo` serves it), a real Celery worker placing the lease, and
+two real `ibex-agent run --runtime process` agents on this host at the default heartbeat
+interval (15 s), each running its rank as the lease's Unix account. Each round orders 16 GPUs
+(both nodes) with a command, polls the logs API until both ranks' first lines are there,
+terminates the lease and waits until the agents have cleaned it up.
+
+    sudo python bench/workload_start_bench.py [--rounds 10] [--interval 15]
+
+Needs root (the process runtime creates accounts). Without DATABASE_URL / REDIS_URL it runs on
+the embedded default. Reports p50/p95 order → first line (rank 0, and both ranks).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ibex.settings")
+EMBEDDED = not os.environ.get("DATABASE_URL")
+
+import django  # noqa: E402
+
+django.setup()
+
+import requests  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from bench.order_to_active_bench import cpu_of, free_port  # noqa: E402
+from billing import services as money  # noqa: E402
+from fabric import services as fabric_services  # noqa: E402
+from fabric.core import generators  # noqa: E402
+from ibex.accounts import services as accounts  # noqa: E402
+from market import prices  # noqa: E402
+from pool import services as pool  # noqa: E402
+from pool.models import Binding, Node  # noqa: E402
+
+COMMAND = ["python3", "-c", "import os, time; print('rank', os.environ['NODE_RANK'], 'up', "
+           "flush=True); time.sleep(600)"]
+
+
+def wait_for(check, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise SystemExit("timed out")
+        time.sleep(0.05)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--interval", type=int, default=15)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("the process runtime creates a Unix account per lease: run as root")
+    os.environ["NODE_HEARTBEAT_INTERVAL_S"] = str(args.interval)
+    settings.NODE_HEARTBEAT_INTERVAL_S = args.interval
+    call_command("migrate", verbosity=0)
+    pool.ensure_gpu_catalogue()
+    pool.mark_unreachable_nodes()  # an earlier run's nodes, their agents gone
+    stamp = int(time.time())
+    fabric = f"bench-work-{stamp}"
+    provider = accounts.create_organization(slug=fabric, roles=("provider",))
+    accounts.change_provider_state(organization=provider, to_state="verified", actor="bench",
+                                   reason="bench")
+    spec = generators.fat_tree(2, 32, tiers=2, prefix=f"work{stamp}-")
+    fabric_services.save_fabric(owner=provider, name=fabric, spec=spec, source="generator")
+    prices.set_prices(provider=provider, scope={"fabric": fabric}, price_micros=2_000_000,
+                      actor="bench")
+    tenant = accounts.create_organization(slug=f"bench-work-tenant-{stamp}", roles=("tenant",))
+    money.grant_credit(organization=tenant, amount_micros=10**12, reason="bench", actor="bench")
+    provider_key = accounts.issue_api_key(organization=provider, scopes=["read", "provide"])
+    tenant_key = accounts.issue_api_key(organization=tenant, scopes=["read", "trade"])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "DEBUG": "1"}  # plain http on loopback
+    work = Path(tempfile.mkdtemp(prefix="ibex-bench-work-"))
+    children = [
+        subprocess.Popen([sys.executable, "-m", "gunicorn", "ibex.wsgi:application", "--bind",
+                          f"127.0.0.1:{port}", "--workers", "2", "--worker-class", "gthread",
+                          "--threads", "16", "--log-level", "warning"], cwd=BASE_DIR, env=env),
+        subprocess.Popen([sys.executable, "-m", "celery", "-A", "ibex", "worker", "--loglevel",
+                          "warning", "--concurrency", "2", "--hostname", f"work-{stamp}@%h"],
+                         cwd=BASE_DIR, env=env),
+    ]
+    try:
+        wait_for(lambda: _answers(url))
+        for host in spec.hosts:
+            state = work / host / "node.json"
+            subprocess.run([sys.executable, "-m", "agent", "register", "--api", url, "--key",
+                            provider_key.raw_key, "--fabric", fabric, "--hostname", host,
+                            "--gpu-model", "H100-80GB", "--gpus", "8", "--cpu-cores", "64",
+                            "--memory-gib", "1024", "--state", str(state), "--quiet"],
+                           check=True, cwd=BASE_DIR, env=env)
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "agent", "run", "--state", str(state), "--runtime",
+                 "process", "--address", "127.0.0.1", "--simulate-gpus", "8",
+                 "--work-dir", str(work / host / "work"),
+                 "--quiet"], cwd=BASE_DIR, env=env))
+        wait_for(lambda: Node.objects.filter(provider=provider, state="active",
+                                             runtime="process").count() == 2)
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {tenant_key.raw_key}"
+        first_line, both_lines = [], []
+        for _ in range(args.rounds):
+            time.sleep(2)  # the agents back in their held heartbeats, as between real orders
+            started = time.perf_counter()
+            lease_id = session.post(f"{url}/api/v1/orders/", json={
+                "gpu_models": ["H100-80GB"], "gpus": 16, "hours": 1, "tier": "on_demand",
+                "max_price_per_gpu_hour": "3.00", "workload": {"command": COMMAND}},
+                timeout=60).json()["lease"]
+            seen: dict[int, float] = {}
+            while len(seen) < 2:
+                for rank in {0, 1} - set(seen):
+                    page = session.get(f"{url}/api/v1/leases/{lease_id}/logs/",
+                                       params={"node_rank": rank}, timeout=30)
+                    if page.status_code == 200 and page.json()["lines"]:
+                        seen[rank] = time.perf_counter() - started
+                if time.perf_counter() - started > 120:
+                    raise SystemExit(f"lease {lease_id}: no output after 120 s")
+                time.sleep(0.05)
+            first_line.append(seen[0])
+            both_lines.append(max(seen.values()))
+            session.post(f"{url}/api/v1/leases/{lease_id}/terminate/", timeout=30)
+            wait_for(lambda lease_id=lease_id: not Binding.objects.filter(
+                lease_ref=f"L-{lease_id}", stopped_at__isnull=True).exists())
+        first_line.sort()
+        both_lines.sort()
+        print(f"{args.rounds} two-node leases, heartbeat every {args.interval} s, "
+              f"{'embedded' if EMBEDDED else 'external'} services", flush=True)
+        print(f"order → rank 0's first line: p50 {statistics.median(first_line):.2f} s, "
+              f"p95 {first_line[max(0, int(len(first_line) * 0.95) - 1)]:.2f} s, "
+              f"max {first_line[-1]:.2f} s", flush=True)
+        print(f"order → both ranks' first lines: p50 {statistics.median(both_lines):.2f} s, "
+              f"max {both_lines[-1]:.2f} s", flush=True)
+        print("CPU by process (s): " + ", ".join(
+            f"{name} {cpu_of(child):.1f}" for name, child in zip(
+                ("web", "worker", "agent 1", "agent 2"), children, strict=False)), flush=True)
+    finally:
+        for child in reversed(children):
+            child.terminate()
+        for child in children:
+            child.wait(timeout=60)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+if __name__ == "__main__":
+    main()
