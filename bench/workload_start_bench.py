@@ -74,8 +74,6 @@ def main():
                                    reason="bench")
     spec = generators.fat_tree(2, 32, tiers=2, prefix=f"work{stamp}-")
     fabric_services.save_fabric(owner=provider, name=fabric, spec=spec, source="generator")
-    prices.set_prices(provider=provider, scope={"fabric": fabric}, price_micros=2_000_000,
-                      actor="bench")
     tenant = accounts.create_organization(slug=f"bench-work-tenant-{stamp}", roles=("tenant",))
     money.grant_credit(organization=tenant, amount_micros=10**12, reason="bench", actor="bench")
     provider_key = accounts.issue_api_key(organization=provider, scopes=["read", "provide"])
@@ -84,6 +82,7 @@ def main():
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DEBUG": "1"}  # plain http on loopback
     work = Path(tempfile.mkdtemp(prefix="ibex-bench-work-"))
+    work.chmod(0o711)  # lease accounts pass through it to their homes
     children = [
         subprocess.Popen([sys.executable, "-m", "gunicorn", "ibex.wsgi:application", "--bind",
                           f"127.0.0.1:{port}", "--workers", "2", "--worker-class", "gthread",
@@ -95,19 +94,21 @@ def main():
     try:
         wait_for(lambda: _answers(url))
         for host in spec.hosts:
-            state = work / host / "node.json"
+            state = work / "state" / host / "node.json"
             subprocess.run([sys.executable, "-m", "agent", "register", "--api", url, "--key",
                             provider_key.raw_key, "--fabric", fabric, "--hostname", host,
                             "--gpu-model", "H100-80GB", "--gpus", "8", "--cpu-cores", "64",
                             "--memory-gib", "1024", "--state", str(state), "--quiet"],
-                           check=True, cwd=BASE_DIR, env=env)
+                           check=True, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL)
             children.append(subprocess.Popen(
                 [sys.executable, "-m", "agent", "run", "--state", str(state), "--runtime",
                  "process", "--address", "127.0.0.1", "--simulate-gpus", "8",
-                 "--work-dir", str(work / host / "work"),
+                 "--work-dir", str(work / "homes" / host),
                  "--quiet"], cwd=BASE_DIR, env=env))
         wait_for(lambda: Node.objects.filter(provider=provider, state="active",
                                              runtime="process").count() == 2)
+        prices.set_prices(provider=provider, scope={"fabric": fabric}, price_micros=2_000_000,
+                          actor="bench")
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {tenant_key.raw_key}"
         first_line, both_lines = [], []
@@ -133,6 +134,8 @@ def main():
             session.post(f"{url}/api/v1/leases/{lease_id}/terminate/", timeout=30)
             wait_for(lambda lease_id=lease_id: not Binding.objects.filter(
                 lease_ref=f"L-{lease_id}", stopped_at__isnull=True).exists())
+        print("per round, order → rank 0 / both: " + ", ".join(
+            f"{a:.2f}/{b:.2f}" for a, b in zip(first_line, both_lines, strict=True)), flush=True)
         first_line.sort()
         both_lines.sort()
         print(f"{args.rounds} two-node leases, heartbeat every {args.interval} s, "

@@ -1,6 +1,8 @@
 """REST API for the pool: nodes (providers), heartbeats (node agents), GPUs, GPU models,
 pools and their quotas."""
 
+import time
+
 import django_filters
 from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
@@ -384,10 +386,14 @@ class HeartbeatView(APIView):
             self.throttled(request, throttle.wait())
         beat = parse_heartbeat(request.data)
         wait_s = beat.pop("wait_s", 0)
+        held_until = time.monotonic() + wait_s
         workloads.forget_wakes(node.pk)
         answer = services.record_heartbeat(node=node, **beat)
-        if wait_s and not answer.actions and workloads.wait_for_work(node.pk, wait_s):
-            answer = services.heartbeat_answer(node=node, serving=beat["serving"])
+        # held until there is something to do (a wake may bring nothing for this node: hold on)
+        while not answer.actions and workloads.wait_for_work(node.pk,
+                                                             held_until - time.monotonic()):
+            answer = services.heartbeat_answer(node=services.node_to_answer(node.pk),
+                                               serving=beat["serving"])
         return Response({"interval_s": answer.interval_s, "node_state": answer.node_state,
                          "actions": answer.actions})
 

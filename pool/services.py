@@ -374,6 +374,12 @@ def heartbeat_answer(*, node: Node, serving: list[str], workloads_reported: list
     return HeartbeatAnswer(interval_s=interval, node_state=node.state, actions=actions)
 
 
+def node_to_answer(node_id: int) -> Node:
+    """The node as it is now, for an answer given after a held heartbeat was woken (its state
+    may have changed meanwhile, and it may have bindings it had none of)."""
+    return Node.objects.get(pk=node_id)
+
+
 def _waits_for_rank_zero(node: Node) -> bool:
     return getattr(node, "waiting_ranks", False)
 

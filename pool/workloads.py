@@ -77,11 +77,11 @@ def wait_for_work(node_id: int, wait_s: float) -> bool:
     """Hold a heartbeat until the node is woken or `wait_s` passes; True when woken. Answers at
     once when Redis is down or every waiting place of this worker is taken."""
     wait_s = min(wait_s, settings.HEARTBEAT_MAX_WAIT_S)
-    if wait_s < 1 or not _waiters.acquire(blocking=False):
+    if wait_s < 0.1 or not _waiters.acquire(blocking=False):
         return False
     try:
-        return _redis().blpop([WAKE_KEY.format(node_id=node_id)], timeout=int(wait_s)) \
-            is not None
+        # (a fractional timeout needs Redis 6; the embedded one is 6.2)
+        return _redis().blpop([WAKE_KEY.format(node_id=node_id)], timeout=wait_s) is not None
     except redis.RedisError:
         return False
     finally:

@@ -251,7 +251,7 @@ def test_a_log_shipment_needs_the_nodes_token(running):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_held_heartbeat_is_answered_as_soon_as_a_lease_is_bound_to_the_node(
-        provider_client, fabric):
+        provider_client, fabric, monkeypatch):
     import threading
     import time
 
@@ -259,20 +259,56 @@ def test_a_held_heartbeat_is_answered_as_soon_as_a_lease_is_bound_to_the_node(
     body = provider_client.post("/api/v1/nodes/", node_body("node01"), format="json").json()
     node = (body["id"], body["token"])
     beat(node, runtime={"kind": "process", "address": "10.0.0.1"})
+    waiting = threading.Event()
+    real_wait = workloads.wait_for_work
+
+    def wait_for_work(node_id, wait_s):
+        waiting.set()  # the heartbeat has nothing to do and waits: now bind the lease
+        return real_wait(node_id, wait_s)
+
+    monkeypatch.setattr(workloads, "wait_for_work", wait_for_work)
     answers = []
 
-    def wait_for_work():
+    def held_heartbeat():
         try:
             answers.append(beat(node, wait_s=20))
         finally:
             connection.close()  # the thread's own connection
 
-    held = threading.Thread(target=wait_for_work)
-
+    held = threading.Thread(target=held_heartbeat)
     started = time.monotonic()
-    held.start()  # whether the bind lands before or while it waits, it is answered
-    bind("L-9", {node[0]: [1]})
+    held.start()
+    assert waiting.wait(timeout=10)
+    bind("L-9", {node[0]: [1]})  # a node that had no binding when its heartbeat came in
     held.join(timeout=25)
 
-    assert [a["action"] for a in answers[0]["actions"]] == ["start"]
+    assert [(a["action"], a["lease"]) for a in answers[0]["actions"]] == [("start", "L-9")]
+    assert answers[0]["node_state"] == "active"
     assert time.monotonic() - started < 20
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wake_that_brings_nothing_for_the_node_keeps_its_heartbeat_held(
+        provider_client, fabric, monkeypatch):
+    import time
+
+    services.ensure_gpu_catalogue()
+    body = provider_client.post("/api/v1/nodes/", node_body("node01"), format="json").json()
+    node = (body["id"], body["token"])
+    beat(node, runtime={"kind": "process", "address": "10.0.0.1"})
+    real_wait, waits = workloads.wait_for_work, []
+
+    def wait_for_work(node_id, wait_s):
+        if not waits:
+            workloads._push_wake([node_id])  # woken, say for a lease bound to another node
+        waits.append(wait_s)
+        return real_wait(node_id, wait_s)
+
+    monkeypatch.setattr(workloads, "wait_for_work", wait_for_work)
+
+    started = time.monotonic()
+    answer = beat(node, wait_s=2)
+
+    assert answer["actions"] == []
+    assert len(waits) == 2  # woken once, then held again for what was left
+    assert time.monotonic() - started >= 1.9
