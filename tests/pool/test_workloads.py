@@ -241,6 +241,30 @@ def test_a_shipment_over_the_size_limit_is_a_400_naming_lines(running):
     assert not WorkloadLog.objects.exists()
 
 
+@pytest.mark.parametrize("lines", ["one line", [1, 2], ["a\x00b"], ["x" * 70_000]])
+def test_malformed_lines_are_a_400_naming_lines_and_store_nothing(running, lines):
+    response = ship(running, lines=lines) if not isinstance(lines, str) else \
+        _ship_raw(running, {"lease": "L-1", "generation": 1, "from_line": 0, "lines": lines})
+
+    assert response.status_code == 400
+    assert "lines" in response.json()["error"]["fields"]
+    assert not WorkloadLog.objects.exists()
+
+
+def test_a_negative_from_line_is_a_400_naming_it(running):
+    response = _ship_raw(running, {"lease": "L-1", "generation": 1, "from_line": -1, "lines": []})
+
+    assert response.status_code == 400
+    assert "from_line" in response.json()["error"]["fields"]
+
+
+def _ship_raw(node, body):
+    from rest_framework.test import APIClient
+    node_id, token = node
+    return APIClient().post(f"/api/v1/nodes/{node_id}/logs/", body, format="json",
+                            HTTP_AUTHORIZATION=f"Node {token}")
+
+
 def test_a_log_shipment_needs_the_nodes_token(running):
     node_id, token = running
     assert ship((node_id, token[:-3] + "xyz"), lines=["x"]).status_code == 401
