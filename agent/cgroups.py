@@ -13,6 +13,7 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENT = "ibex-agent"
+NVIDIA_MAJOR = 195  # /dev/nvidia<minor>; the driver numbers minors in PCI order, as NVML indexes
 
 
 def candidates(root: Path | None = None) -> list[Path]:
@@ -75,3 +76,24 @@ def kill_and_remove(path: Path, timeout_s: float = 5.0) -> bool:
     except OSError:
         return False  # e.g. a zombie not yet reaped; the next cleanup tries again
     return True
+
+
+def fence_gpus(name: str, leased: list[int], gpus_on_node: int,
+               root: Path | None = None) -> Path | None:
+    """A v1 `devices` cgroup in which the node's other GPUs cannot be opened (their
+    /dev/nvidia<index> denied), so a command ignoring CUDA_VISIBLE_DEVICES, or `nvidia-smi`,
+    sees only the leased GPUs. None where no devices hierarchy is writable (cgroup v2 fences
+    devices with eBPF programs, which the agent does not load): then CUDA_VISIBLE_DEVICES
+    only steers."""
+    base = (root or CGROUP_ROOT) / "devices"
+    if not (base / "devices.deny").exists():
+        return None
+    path = base / PARENT / name
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        for index in sorted(set(range(gpus_on_node)) - set(leased)):
+            (path / "devices.deny").write_text(f"c {NVIDIA_MAJOR}:{index} rwm")
+    except OSError:
+        return None
+    return path
+

@@ -8,7 +8,7 @@ agent signals where there is no cgroup), becomes the lease account and execs the
 stdout and stderr appended to the lease's log. The supervisor itself stays outside the cgroup,
 so killing the lease's processes never kills the one that records the result.
 
-SPEC is JSON: {argv, env, uid, gid, workdir, log, status, cgroup}. The status file gets
+SPEC is JSON: {argv, env, uid, gid, workdir, log, status, cgroup, device_cgroup}. The status file gets
 {"child_pid", "started_at"} at once, then {"exit_code", "ended_at", "error"} when it ends;
 exit_code is 128 + N for a command killed by signal N, 127 when it could not start.
 """
@@ -56,10 +56,11 @@ def _child(spec: dict, log_fd: int, error_fd: int) -> None:
     `error_fd` (closed by a successful exec) and exits 127."""
     step = "start"
     try:
-        if spec.get("cgroup"):
-            step = "join its cgroup"
-            with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as procs:
-                procs.write(str(os.getpid()))
+        for key in ("cgroup", "device_cgroup"):
+            if spec.get(key):
+                step = "join its cgroup" if key == "cgroup" else "fence off the other GPUs"
+                with open(os.path.join(spec[key], "cgroup.procs"), "w") as procs:
+                    procs.write(str(os.getpid()))
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

@@ -60,6 +60,7 @@ class Workload:
     supervisor_pid: int | None = None
     child_pid: int | None = None  # the command; its process group where there is no cgroup
     cgroup: str | None = None
+    device_cgroup: str | None = None  # the fence keeping it off the node's other GPUs
     term_sent: bool = False  # the agent asked it to end: its end is `stopped`
     kill_at: float | None = None  # epoch seconds: SIGKILL then if still running
     remove: bool = False  # stopped for good: remove the account once its processes are gone
@@ -257,9 +258,13 @@ class Runtime:
         spec_path = self._path(w.lease, w.generation, "spec.json")
         status_path = self._path(w.lease, w.generation, "status.json")
         status_path.unlink(missing_ok=True)
+        fence = cgroups.fence_gpus(f"node{self.node_id}-{account.name}-g{w.generation}",
+                                   w.gpus, self.gpus_on_node)
+        w.device_cgroup = str(fence) if fence else None
         spec = {"argv": launch.command, "env": env, "uid": account.uid, "gid": account.gid,
                 "workdir": str(workdir), "log": str(self.log_path(w.lease, w.generation)),
-                "status": str(status_path), "cgroup": str(cgroup) if cgroup else None}
+                "status": str(status_path), "cgroup": str(cgroup) if cgroup else None,
+                "device_cgroup": w.device_cgroup}
         _write_private(spec_path, spec)
         try:
             with open(self._path(w.lease, w.generation, "supervisor.err"), "wb") as errors:
@@ -363,7 +368,11 @@ class Runtime:
         if w.cgroup and Path(w.cgroup).is_dir() and not cgroups.kill_and_remove(Path(w.cgroup)):
             return False
         signal_group(w.child_pid, signal.SIGKILL)
-        return not group_alive(w.child_pid)
+        if group_alive(w.child_pid):
+            return False
+        if w.device_cgroup and Path(w.device_cgroup).is_dir():
+            cgroups.kill_and_remove(Path(w.device_cgroup))
+        return True
 
     def _start_next(self, w: Workload) -> None:
         if not self._kill_leftovers(w):

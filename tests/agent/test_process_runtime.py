@@ -232,3 +232,27 @@ def test_without_cgroups_the_process_group_is_signalled_and_stop_kills_what_esca
         assert not (work_dir / "leases" / f"ibex-l{lease}").exists()
     finally:
         shutil.rmtree(work_dir.parent, ignore_errors=True)
+
+
+def test_the_command_runs_fenced_off_the_nodes_other_gpus_and_the_fence_goes_with_it(leases):
+    if not (cgroups.CGROUP_ROOT / "devices" / "devices.deny").exists():
+        pytest.skip("no writable cgroup v1 devices hierarchy to fence GPUs with")
+    work_dir = make_work_dir()
+    runtime = Runtime("process", "127.0.0.1", work_dir, node_id=1)
+    runtime.gpus_on_node = 4
+    lease = leases()
+    try:
+        runtime.prepare()
+        runtime.start(lease, [2], parse_launch(launch(command=["sleep", "300"])))
+        fence = Path(runtime.workloads[lease].device_cgroup)
+        uid = pwd.getpwnam(f"ibex-l{lease}").pw_uid
+        wait_for(lambda: pids_of_uid(uid), what="the command")
+        assert set(pids_of_uid(uid)) <= {int(pid) for pid in
+                                          (fence / "cgroup.procs").read_text().split()}
+
+        runtime.stop(lease, grace_s=5)
+        wait_for(lambda: runtime.tick() or lease not in runtime.workloads, what="the lease cleaned up")
+
+        assert not fence.exists()
+    finally:
+        shutil.rmtree(work_dir.parent, ignore_errors=True)
