@@ -78,8 +78,12 @@ def ensure_account(lease: str, leases_dir: Path) -> Account:
             _run(["useradd", "-M", "-U", "-d", str(home), "-s", "/bin/bash", "-p", "*", name])
             entry = pwd.getpwnam(name)
         mark = _user_mark(name, leases_dir)
+        if entry.pw_dir != str(home) and not _other_live_users(mark):
+            # left by an agent that died (or a run killed) before removing it: ours now. sshd
+            # checks the modes of the directories above the keys up to the passwd home
+            _run(["usermod", "-d", str(home), name])
         mark.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        mark.touch()
+        mark.write_text(str(os.getpid()))
     account = Account(name, entry.pw_uid, entry.pw_gid, home)
     try:
         home.mkdir(mode=0o700, exist_ok=True)
@@ -96,7 +100,7 @@ def release_account(name: str, leases_dir: Path, clear_uid: Callable[[int], bool
     (its group goes with it). True when this agent is done with it."""
     with accounts_lock():
         mark = _user_mark(name, leases_dir)
-        if any(user != mark for user in _users(mark.parent)):
+        if _other_live_users(mark):
             mark.unlink(missing_ok=True)
             return True  # another agent still runs the lease here: the account stays
         try:
@@ -121,11 +125,21 @@ def _user_mark(name: str, leases_dir: Path) -> Path:
     return USERS_DIR / name / agent
 
 
-def _users(directory: Path) -> list[Path]:
+def _other_live_users(mark: Path) -> list[Path]:
+    """The marks of other agents still running (a mark holds its agent's pid); the marks of
+    agents that died are dropped."""
+    live = []
     try:
-        return list(directory.iterdir())
+        others = [user for user in mark.parent.iterdir() if user != mark]
     except OSError:
         return []
+    for user in others:
+        try:
+            os.kill(int(user.read_text() or "0"), 0)
+            live.append(user)
+        except (OSError, ValueError):
+            user.unlink(missing_ok=True)
+    return live
 
 
 def account_exists(name: str) -> bool:

@@ -8,6 +8,7 @@ which sources the lease's `.ibex/env.sh`, changes to its workdir and runs the re
 
 import logging
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -23,6 +24,8 @@ STARTUP_S = 1.0  # sshd exits at once on a bad config or a taken port: watch it 
 LOGIN_SCRIPT = """#!/bin/bash
 # ibex-agent: every lease login. The launch environment, the workdir, then what was asked.
 umask 077
+# this agent's home of the lease, not the passwd one: agents on one host share the account
+HOME={leases_dir}/"$USER"
 . "$HOME/.ibex/env.sh" || exit 1
 cd "$ibex_workdir" 2>/dev/null || cd "$HOME" || exit 1
 unset ibex_workdir
@@ -76,7 +79,7 @@ class SshServer:
         if not key.exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ibex-agent", "-f", str(key)])
         login = self.directory / "login.sh"
-        login.write_text(LOGIN_SCRIPT)
+        login.write_text(LOGIN_SCRIPT.replace("{leases_dir}", shlex.quote(str(self.leases_dir))))
         os.chmod(login, 0o755)
         config = self.directory / "sshd_config"
         config.write_text(sshd_config(self.directory, self.leases_dir, self.address, self.port))
