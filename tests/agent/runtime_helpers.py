@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import cgroups
+from agent import accounts, cgroups
 from agent.processes import kill_uid
 from agent.state import NodeState, save_state
 from tests.clock import python_path
@@ -86,7 +86,8 @@ def remove_test_account(lease: str) -> None:
     if uid is not None:
         kill_uid(uid)
         subprocess.run(["userdel", name], capture_output=True)
-    for base in cgroups.candidates():
+    shutil.rmtree(accounts.USERS_DIR / name, ignore_errors=True)  # agents' marks of its use
+    for base in [*cgroups.candidates(), cgroups.CGROUP_ROOT / "devices"]:
         for path in (base / cgroups.PARENT).glob(f"*-{name}-g*"):
             cgroups.kill_and_remove(path)
 
