@@ -59,6 +59,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--interval", type=int, default=15)
+    parser.add_argument("--log-seconds", type=int, default=30,
+                        help="then a lease whose ranks print 1 MiB/s each for this long (0: no)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the process runtime creates a Unix account per lease: run as root")
@@ -148,11 +150,61 @@ def main():
         print("CPU by process (s): " + ", ".join(
             f"{name} {cpu_of(child):.1f}" for name, child in zip(
                 ("web", "worker", "agent 1", "agent 2"), children, strict=False)), flush=True)
+        if args.log_seconds:
+            ship_logs(session, url, children[2:], args.log_seconds)
     finally:
         for child in reversed(children):
             child.terminate()
         for child in children:
             child.wait(timeout=60)
+
+
+# 8,192 lines of 127 characters a second: 1 MiB/s
+CHATTY = ("import sys, time\n"
+          "for second in range({seconds}):\n"
+          "    start = time.monotonic()\n"
+          "    for n in range(8192):\n"
+          "        sys.stdout.write(f'{{second:>6}} {{n:>6}} ' + 'x' * 113 + '\\n')\n"
+          "    sys.stdout.flush()\n"
+          "    time.sleep(max(0, 1 - (time.monotonic() - start)))\n"
+          "time.sleep(600)\n")
+
+
+def ship_logs(session, url: str, agents: list, seconds: int) -> None:
+    """A 2-node lease whose ranks print 1 MiB/s each: the agents' CPU for it, and how much of
+    the output the logs API has when the command stops printing and a few seconds later."""
+    before = [cpu_of(agent) for agent in agents]
+    lease_id = session.post(f"{url}/api/v1/orders/", json={
+        "gpu_models": ["H100-80GB"], "gpus": 16, "hours": 1, "tier": "on_demand",
+        "max_price_per_gpu_hour": "3.00",
+        "workload": {"command": ["python3", "-c", CHATTY.format(seconds=seconds)]}},
+        timeout=60).json()["lease"]
+    started = time.monotonic()
+
+    def lines_stored(rank: int) -> int:
+        cursor, total = None, 0
+        while True:
+            page = session.get(f"{url}/api/v1/leases/{lease_id}/logs/",
+                               params={"node_rank": rank, **({"since": cursor} if cursor else {})},
+                               timeout=60).json()
+            total += len(page["lines"])
+            cursor = page["cursor"]
+            if not page["more"]:
+                return int(cursor.split(".")[1])
+
+    wait_for(lambda: lines_stored(0) > 0)
+    time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+    at_end = [lines_stored(rank) for rank in (0, 1)]
+    time.sleep(3)
+    after = [lines_stored(rank) for rank in (0, 1)]
+    used = [cpu_of(agent) - cpu for agent, cpu in zip(agents, before, strict=True)]
+    session.post(f"{url}/api/v1/leases/{lease_id}/terminate/", timeout=30)
+    printed = seconds * 8192
+    print(f"logs: 2 ranks x 1 MiB/s for {seconds} s ({printed:,} lines each): stored when the "
+          f"printing ended {at_end[0]:,} / {at_end[1]:,}, 3 s later {after[0]:,} / {after[1]:,}; "
+          f"agent CPU {used[0]:.1f} s / {used[1]:.1f} s = "
+          f"{used[0] / seconds:.3f} / {used[1] / seconds:.3f} cores per MiB/s shipped",
+          flush=True)
 
 
 def _answers(url: str) -> bool:
