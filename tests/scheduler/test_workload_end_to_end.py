@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import requests
+from django.utils import timezone
 
 from billing import services as money
 from ibex.accounts import services as accounts
-from market import prices
+from market import leasing, prices
 from market.models import Lease
 from pool.models import Binding, Node
 from tests.agent.runtime_helpers import make_work_dir
@@ -220,3 +221,34 @@ def test_a_tenant_logs_into_its_lease_with_its_key_and_a_rival_key_is_refused(
                                                     stopped_at__isnull=True).exists(),
                  "the agent to stop serving the lease")
         assert ssh(line, tmp_path / "alice", "true").returncode == 255  # the account is gone
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_preempted_lease_gets_sigterm_at_the_notice_and_can_checkpoint(
+        live_server, celery_worker_process, tmp_path):
+    hosts = {"hpc-provider-01": ["--runtime", "process"]}
+    with Exchange(live_server, tmp_path, hosts) as exchange:
+        lease_id = exchange.post("orders/", {
+            "gpu_models": ["H100-80GB"], "gpus": 2, "hours": 1, "tier": "on_demand",
+            "max_price_per_gpu_hour": "2.00", "workload": {"command": [
+                "bash", "-c", 'trap "echo checkpoint saved; exit 0" TERM; echo training; '
+                              'while true; do sleep 0.1; done']}})["lease"]
+
+        def logs():
+            return exchange.get(f"leases/{lease_id}/logs/", node_rank=0)["lines"]
+
+        wait_for(lambda: logs() == ["training"], "the command to start")
+        wait_for(lambda: Lease.objects.get(pk=lease_id).state == "active", "the lease active")
+        lease = Lease.objects.get(pk=lease_id)
+        leasing.give_notice(lease=lease, reason="outbid by a higher bid", now=timezone.now(),
+                            actor="market")  # as an auction or a pool's reclaim does
+
+        # (bash may also say its `sleep` was Terminated: SIGTERM goes to the whole cgroup)
+        wait_for(lambda: "checkpoint saved" in logs(), "the checkpoint line", logs)
+        rank = wait_for(lambda: (lambda n: n if n["state"] == "stopped" else None)(
+            exchange.get(f"leases/{lease_id}/")["workload"]["nodes"][0]), "the rank to stop")
+        shown = exchange.get(f"leases/{lease_id}/")
+
+        assert shown["state"] == "preempting"  # it ends at preempt_at; its command already has
+        assert (rank["state"], rank["exit_code"]) == ("stopped", 0)
+        assert shown["workload"]["state"] == "stopped"
