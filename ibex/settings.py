@@ -276,10 +276,13 @@ HEARTBEAT_MAX_WAIT_S = env_int("HEARTBEAT_MAX_WAIT_S", 30)
 HEARTBEAT_MAX_WAITERS = env_int("HEARTBEAT_MAX_WAITERS", 8)
 # What a lease's rank keeps of its command's output (older lines are dropped).
 WORKLOAD_LOG_BYTES = env_int("WORKLOAD_LOG_BYTES", 10 * 1024 * 1024)
+# ... and for this many days after its node stopped serving the lease (then it is deleted).
+WORKLOAD_LOG_RETENTION_DAYS = env_int("WORKLOAD_LOG_RETENTION_DAYS", 7)
 PROVIDER_BURN_IN_S = env_int("PROVIDER_BURN_IN_S", 600)
 CELERY_BEAT_SCHEDULE.update({
     "mark-unreachable-nodes": {"task": "pool.mark_unreachable_nodes", "schedule": 15.0},
     "verify-burned-in-providers": {"task": "pool.verify_burned_in_providers", "schedule": 60.0},
+    "delete-old-workload-logs": {"task": "pool.delete_old_workload_logs", "schedule": 3600.0},
 })
 
 # --- money (market/) --------------------------------------------------------------------------

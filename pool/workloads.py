@@ -9,11 +9,12 @@ bindings were given by the scheduler.
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import redis
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from pool.core import workloads as core
@@ -273,6 +274,15 @@ def _trim(binding: Binding, generation: int) -> int:
             RETURNING size_bytes
             """, [binding.pk, generation, settings.WORKLOAD_LOG_BYTES])
         return sum(size for (size,) in cursor.fetchall())
+
+
+def delete_old_logs(*, now: datetime | None = None) -> int:
+    """Delete the output of ranks whose node stopped serving their lease more than
+    WORKLOAD_LOG_RETENTION_DAYS ago (the hourly beat); returns the runs of lines deleted."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.WORKLOAD_LOG_RETENTION_DAYS)
+    deleted, _ = WorkloadLog.objects.filter(binding__stopped_at__lt=cutoff).delete()
+    return deleted
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,20 @@ def test_a_log_shipment_needs_the_nodes_token(running):
     assert ship((node_id, token[:-3] + "xyz"), lines=["x"]).status_code == 401
 
 
+def test_a_ranks_output_is_kept_for_days_after_its_node_stopped_serving_the_lease(running,
+                                                                                   settings):
+    settings.WORKLOAD_LOG_RETENTION_DAYS = 7
+    ship(running, lines=["a", "b"])
+    stopped_at = timezone.now()
+    Binding.objects.filter(lease_ref="L-1").update(serve=False, stopped_at=stopped_at)
+
+    kept = workloads.delete_old_logs(now=stopped_at + timedelta(days=6))
+    deleted = workloads.delete_old_logs(now=stopped_at + timedelta(days=8))
+
+    assert (kept, deleted) == (0, 1)
+    assert not WorkloadLog.objects.exists()
+
+
 # --- heartbeats answered early -------------------------------------------------------------------
 
 
