@@ -136,6 +136,8 @@ class RankSerializer(serializers.Serializer):
     exit_code = serializers.IntegerField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField(allow_blank=True, help_text="why the rank could not run, as its "
+                                                             "agent says (e.g. command not found)")
 
 
 class LeaseWorkloadSerializer(serializers.Serializer):

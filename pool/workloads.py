@@ -206,7 +206,8 @@ def workload_view(bindings: list[Binding], work: dict | None) -> dict | None:
         "state": core.workload_state([b.workload_state for b in ranks]),
         "nodes": [{"node": b.node.hostname, "node_rank": b.node_rank,
                    "state": b.workload_state or "waiting", "exit_code": b.exit_code,
-                   "started_at": b.started_at, "ended_at": b.ended_at} for b in ranks],
+                   "started_at": b.started_at, "ended_at": b.ended_at,
+                   "error": b.workload_error} for b in ranks],
     }
 
 

@@ -83,6 +83,21 @@ def test_the_lease_shows_each_ranks_state_and_the_ssh_line_of_each_node(provider
         {"node": second.hostname, "ssh": f"ssh -p 2222 ibex-l{lease.pk}@10.0.0.2"}]
 
 
+def test_a_rank_that_could_not_start_says_why(provider, tenant):
+    lease = two_node_lease(tenant, provider)
+    run_ranks(lease, "running")
+    rank_one = Binding.objects.select_related("node").get(lease_ref=lease.reference, node_rank=1)
+    beat(rank_one.node, [lease.reference], [{
+        "lease": lease.reference, "generation": rank_one.generation, "state": "failed",
+        "exit_code": 127, "error": "command not found: python3"}])
+
+    shown = client_for(tenant).get(f"/api/v1/leases/{lease.pk}/").json()["workload"]
+
+    assert shown["state"] == "failed"
+    assert [(n["state"], n["exit_code"], n["error"]) for n in shown["nodes"]] == [
+        ("running", None, ""), ("failed", 127, "command not found: python3")]
+
+
 def test_a_lease_without_workload_or_keys_shows_none_and_no_ssh(provider, tenant):
     lease = two_node_lease(tenant, provider, workload=None, ssh_keys=())
 
