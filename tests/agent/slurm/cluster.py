@@ -153,7 +153,8 @@ SlurmctldLogFile={root}/log/slurmctld.log
 SlurmdLogFile={root}/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# No cgroups: the tests run inside containers whose cgroup trees differ; nothing here is confined.
+# No cgroups: nothing here needs confining, and a container's cgroup tree is one more thing
+# that could differ from machine to machine.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -175,8 +176,6 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             f"NodeName={names} Name=gpu Type={GPU_TYPE} "
             f"File={root}/dev/nvidia[0-{GPUS_PER_NODE - 1}]\n")
         (root / "etc" / "topology.conf").write_text(TOPOLOGY)
-        # Slurm 22.05 reads cgroup.conf even when no cgroup plugin is loaded; keep it harmless.
-        (root / "etc" / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
 
     # -- processes --------------------------------------------------------------------------
 
