@@ -6,6 +6,9 @@ The JSON is ``sinfo --json`` (22.05's scontrol has no --json), cut to two nodes 
 IBEX reads; the one marked 23.02 follows the documented shape of later versions instead.
 """
 
+import subprocess
+import sys
+
 import pytest
 
 from agent.slurm.scontrol import (
@@ -282,3 +285,13 @@ def test_every_default_gpu_model_is_in_the_catalogue():
     from pool.core.catalogue import GPU_MODELS
     names = {m["name"] for m in GPU_MODELS}
     assert set(DEFAULT_GPU_MODELS.values()) <= names
+
+
+def test_the_slurm_parsers_load_without_django_or_the_server_apps():
+    # The gateway runs on a cluster's login node, from the agent package alone.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, agent.slurm.scontrol; "
+         "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'pool', 'ibex'}))"],
+        capture_output=True, text=True, check=True,
+    )
+    assert loaded.stdout.strip() == "[]"
