@@ -199,6 +199,8 @@ def ship_logs(session, url: str, agents: list, seconds: int) -> None:
     after = [lines_stored(rank) for rank in (0, 1)]
     used = [cpu_of(agent) - cpu for agent, cpu in zip(agents, before, strict=True)]
     session.post(f"{url}/api/v1/leases/{lease_id}/terminate/", timeout=30)
+    wait_for(lambda: not Binding.objects.filter(lease_ref=f"L-{lease_id}",
+                                                stopped_at__isnull=True).exists())
     printed = seconds * 8192
     print(f"logs: 2 ranks x 1 MiB/s for {seconds} s ({printed:,} lines each): stored when the "
           f"printing ended {at_end[0]:,} / {at_end[1]:,}, 3 s later {after[0]:,} / {after[1]:,}; "

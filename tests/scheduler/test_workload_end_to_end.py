@@ -21,7 +21,7 @@ from ibex.accounts import services as accounts
 from market import leasing, prices
 from market.models import Lease
 from pool.models import Binding, Node
-from tests.agent.runtime_helpers import make_work_dir
+from tests.agent.runtime_helpers import make_work_dir, remove_test_account
 from tests.market.inventory import provider_with_nodes
 
 DEADLINE_S = 90
@@ -114,6 +114,10 @@ class Exchange:
             process.terminate()
         for process in self.agents:
             process.wait(timeout=60)
+        # a stopped agent leaves its leases running (a restarted one adopts them): a test that
+        # failed midway must not leave their accounts to the next run
+        for ref in set(Binding.objects.values_list("lease_ref", flat=True)):
+            remove_test_account(ref.removeprefix("L-"))
         shutil.rmtree(self.work_dirs, ignore_errors=True)
 
     def get(self, path: str, **params):
@@ -252,3 +256,9 @@ def test_a_preempted_lease_gets_sigterm_at_the_notice_and_can_checkpoint(
         assert shown["state"] == "preempting"  # it ends at preempt_at; its command already has
         assert (rank["state"], rank["exit_code"]) == ("stopped", 0)
         assert shown["workload"]["state"] == "stopped"
+
+        exchange.post(f"leases/{lease_id}/terminate/")
+        wait_for(lambda: not Binding.objects.filter(lease_ref=f"L-{lease_id}",
+                                                    stopped_at__isnull=True).exists(),
+                 "the agent to remove the lease")
+        assert subprocess.run(["getent", "passwd", f"ibex-l{lease_id}"]).returncode == 2
