@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -246,7 +247,9 @@ def test_simulated_hosts_pretend_to_run_workloads_and_ship_their_logs(ibex):
         exited = wait_for_entry(first, "77", "exited")
         assert exited["exit_code"] == 0 and exited["ended_at"].endswith("Z")
 
-        ibex.queue_action(second.id, "notice", "77", [3], until="2030-01-01T00:00:00Z")
+        # a deadline far off: the simulated rank stops at the notice, not at its deadline
+        until = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        ibex.queue_action(second.id, "notice", "77", [3], until=until)
         assert wait_for_entry(second, "77", "stopped")["exit_code"] == 143
         ibex.queue_action(second.id, "stop", "77", [3], grace_s=0)
         wait_for(lambda: second.heartbeats[-1]["serving"] == [] and second.workload("77") is None)

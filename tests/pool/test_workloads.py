@@ -97,7 +97,7 @@ def test_the_ranks_states_make_the_leases_workload_state(nodes):
     assert workloads.workload_view(bindings, WORK)["state"] == "running"
 
     beat(a, serving=["L-1"], workloads=[report(state="exited", exit_code=0,
-                                               ended_at="2026-12-03T10:00:00Z")])
+                                               ended_at=timezone.now().isoformat())])
     beat(b, serving=["L-1"], workloads=[report(state="failed", exit_code=3)])
 
     view = workloads.workload_view(workloads.bindings_by_lease(["L-1"])["L-1"], WORK)
