@@ -379,7 +379,8 @@ class HeartbeatView(APIView):
         beat = parse_heartbeat(request.data)
         wait_s = beat.pop("wait_s", 0)
         held_until = time.monotonic() + wait_s
-        workloads.forget_wakes(node.pk)
+        if wait_s:  # (a Redis call only for the heartbeats that may be held)
+            workloads.forget_wakes(node.pk)
         answer = services.record_heartbeat(node=node, **beat)
         # held until there is something to do (a wake may bring nothing for this node: hold on)
         while not answer.actions and workloads.wait_for_work(node.pk,

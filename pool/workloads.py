@@ -316,7 +316,6 @@ def read_log(*, lease_ref: str, node_rank: int, since: str | None,
     if generation != rank.generation:  # the lease moved and restarted: its new run, from the top
         line = 0
     runs = WorkloadLog.objects.filter(binding=rank, generation=rank.generation)
-    first_kept = runs.order_by("first_line").values_list("first_line", flat=True).first()
     lines: list[str] = []
     dropped, size, more, position = 0, 0, False, line
     for run in runs.filter(first_line__gte=_run_start(runs, line)).order_by(
@@ -333,8 +332,6 @@ def read_log(*, lease_ref: str, node_rank: int, since: str | None,
             position += 1
         if more:
             break
-    if first_kept is None:
-        position = line
     return LogPage(node_rank=node_rank, node=rank.node.hostname, lines=lines,
                    cursor=f"{rank.generation}.{position}", dropped=dropped, more=more)
 
