@@ -34,6 +34,13 @@ class Fabric(models.Model):
     source = models.CharField(max_length=20, choices=Source.choices)
     summary = models.JSONField(default=dict, help_text="levels, domain counts, rates, oversubscription")
     torus_dims = models.JSONField(null=True, blank=True)
+    # A fabric run by a scheduler (Slurm) is watched by one gateway for all its nodes
+    # (`ibex-agent slurm`): what it last said of the scheduler, and when.
+    gateway = models.CharField(max_length=10, blank=True,
+                               help_text='"slurm" when a Slurm gateway reports its nodes')
+    gateway_status = models.CharField(max_length=300, blank=True,
+                                      help_text='"ok", or what is wrong, e.g. "slurm unreachable: ..."')
+    gateway_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

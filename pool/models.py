@@ -52,6 +52,7 @@ class Node(models.Model):
         NONE = "none", "none: serves leases, runs nothing"
         PROCESS = "process", "process: runs the tenant's command"
         SSH = "ssh", "ssh: runs the tenant's command and lets it in by SSH"
+        SLURM = "slurm", "slurm: a Slurm gateway reserves it for the lease's slurm_account"
 
     provider = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="nodes")
     fabric = models.ForeignKey(Fabric, on_delete=models.PROTECT, related_name="nodes")
@@ -116,6 +117,7 @@ class Gpu(models.Model):
         OK = "ok"
         DEGRADED = "degraded"
         FAILED = "failed"
+        BUSY = "busy"  # healthy, but running work outside IBEX (a Slurm job): not offered
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()

@@ -18,7 +18,7 @@ WORKLOAD_STATES = ("waiting", *RANK_STATES)
 ENDED_RANK_STATES = frozenset({"exited", "failed", "stopped"})
 
 # what a node's agent can do for a lease (`pool.models.Node.Runtime`, reported by heartbeats)
-RUNTIMES = ("none", "process", "ssh")
+RUNTIMES = ("none", "process", "ssh", "slurm")
 RUNS_COMMANDS = frozenset({"process", "ssh"})
 RUNS_SSH = frozenset({"ssh"})
 _WHY = {
