@@ -1,4 +1,4 @@
-"""The `ibex-agent` command line: register, run, simulate.
+"""The `ibex-agent` command line: register, run, simulate, slurm.
 
 Expected failures print one line, `ibex-agent: <what went wrong>`, and exit 1; bad arguments
 exit 2; SIGINT/SIGTERM stop cleanly with exit 0.
@@ -24,6 +24,8 @@ from agent.logship import LogShipper
 from agent.node import NodeAgent
 from agent.nvml import NvmlUnavailable, open_nvml
 from agent.registration import register_or_rotate
+from agent.slurm.gateway import GatewayOptions, SlurmGateway
+from agent.slurm.scontrol import DEFAULT_GPU_MODELS
 from agent.sshd import SshServer
 from agent.state import NodeState, default_state_path, load_state, save_state
 from agent.workloads import KINDS, Runtime
@@ -106,6 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
                                "workloads (default: process)")
     _add_common_arguments(simulate)
     simulate.set_defaults(handler=command_simulate, parser=simulate)
+
+    slurm = commands.add_parser(
+        "slurm", help="a gateway in front of a Slurm cluster: import it, watch it, and hold "
+                      "IBEX leases as Slurm reservations (run once per cluster)")
+    _add_server_arguments(slurm)
+    slurm.add_argument("--partition", default=None,
+                       help="offer only this partition's nodes (default: every node with GPUs)")
+    slurm.add_argument("--interval", type=_positive_float, default=None,
+                       help="seconds between reports (default: the server's)")
+    slurm.add_argument("--gpu-type", action="append", default=[], metavar="TYPE=MODEL",
+                       help="map a Slurm GRES type to an IBEX GPU model, e.g. h100nvl=H100-80GB "
+                            "(repeatable; adds to the built-in mapping)")
+    slurm.add_argument("--duration", type=_positive_float, default=None, help="stop after S seconds")
+    _add_common_arguments(slurm)
+    slurm.set_defaults(handler=command_slurm, parser=slurm)
     return parser
 
 
@@ -337,4 +354,22 @@ def command_simulate(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR1, lambda signum, frame: fleet.reload_control.set())
     fleet.run()
+    return 0
+
+
+# slurm
+
+def command_slurm(args: argparse.Namespace) -> int:
+    mapping = dict(DEFAULT_GPU_MODELS)
+    for item in args.gpu_type:
+        gres_type, sep, model = item.partition("=")
+        if not sep or not gres_type or not model:
+            raise UsageError(f"--gpu-type: expected TYPE=MODEL, got {item!r}")
+        mapping[gres_type.lower()] = model
+    stop = threading.Event()
+    gateway = SlurmGateway(GatewayOptions(
+        api=args.api, key=args.key, fabric=args.fabric, partition=args.partition,
+        interval_s=args.interval, timeout_s=args.timeout, gpu_models=mapping), stop=stop)
+    stop_on_signals(stop)
+    gateway.run(duration_s=args.duration)
     return 0

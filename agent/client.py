@@ -96,6 +96,22 @@ class ApiClient:
             raise ServerTrouble("the rotate-token answer carries no token")
         return token
 
+    def import_fabric(self, key: str, name: str, text: str, fmt: str, gpus_per_node: int) -> dict:
+        """Create or update a fabric from a topology file (multipart, as a provider uploads it)."""
+        url = f"{self.api}/api/v1/fabrics/import/"
+        try:
+            response = self.session.post(
+                url, headers=_bearer(key), timeout=self.timeout_s, allow_redirects=False,
+                data={"name": name, "format": fmt, "gpus_per_node": str(gpus_per_node)},
+                files={"file": (f"{name}-topology.conf", text.encode(), "text/plain")})
+        except requests.RequestException as error:
+            raise Unreachable(f"cannot reach {self.api}: {describe_connection_error(error)}") from None
+        return _decode(response, "key")
+
+    def gateway_heartbeat(self, key: str, body: dict) -> dict:
+        """A fabric gateway's report of all its nodes; answered with the reservations to hold."""
+        return self._call("POST", "/api/v1/gateway/heartbeat/", _bearer(key), body)
+
     # node-token call
 
     def heartbeat(self, node_id: int, token: str, body: dict) -> dict:

@@ -30,7 +30,7 @@ class FabricSerializer(serializers.ModelSerializer):
     class Meta:
         model = Fabric
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
-                  "created_at", "updated_at"]
+                  "gateway", "gateway_status", "gateway_seen_at", "created_at", "updated_at"]
         read_only_fields = fields
 
     def to_representation(self, fabric):

@@ -205,12 +205,14 @@ class FreeGpu(NamedTuple):
 def free_priced_gpus(order: Order, start: datetime, end: datetime,
                      gpu_model_of: dict[str, str] | None = None,
                      runtime_of: dict[str, str] | None = None,
-                     any_runtime: bool = False) -> dict[NodeKey, list[FreeGpu]]:
+                     any_runtime: bool = False,
+                     avoid_nodes: frozenset[int] = frozenset()) -> dict[NodeKey, list[FreeGpu]]:
     """Node → its free priced GPUs, cheapest first: offered, of an
     accepted model, for sale over the whole range and for this many hours, on nodes whose
     runtime can run what the order asks (`pool.core.workloads.runtimes_for`; `any_runtime`:
     on every node). `gpu_model_of` and `runtime_of`, when given, are filled with each node's
-    GPU model and runtime (hostname → model, runtime).
+    GPU model and runtime (hostname → model, runtime). `avoid_nodes`: node ids left out (a
+    scheduler refused to reserve them for this lease).
 
     One row a node (its GPUs as arrays, sorted by the database): on 2,048 GPUs that is 256
     rows instead of 2,048, which is most of an on-demand order's Python time."""
@@ -226,6 +228,7 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime,
         .filter(Q(gpu_model__name__in=order.gpu_models, prices__superseded_at__isnull=True,
                   prices__min_lease_hours__lte=order.hours) & window)
         .exclude(allocations__period__overlap=(start, end))
+        .exclude(node_id__in=sorted(avoid_nodes))
         .order_by()
         .values("node_id", "node__fabric__name", "node__host__spine", "node__host__leaf",
                 "node__hostname", "gpu_model__name", "node__runtime")
@@ -293,13 +296,15 @@ class FoundGpus:
         return min(divide_rounded(sum(prices), len(prices)), limit_micros)
 
 
-def find_gpus(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
+def find_gpus(order: Order, start: datetime, end: datetime,
+              avoid_nodes: frozenset[int] = frozenset()) -> FoundGpus | str:
     """Run the placement engine for `order` on the GPUs free over [start, end) now: the
     cheapest set that satisfies its models, topology and price limit on nodes that can run
-    what it asks, or why there is none."""
+    what it asks (and not on `avoid_nodes`), or why there is none."""
     models: dict[str, str] = {}
     runtimes: dict[str, str] = {}
-    by_node = free_priced_gpus(order, start, end, gpu_model_of=models, runtime_of=runtimes)
+    by_node = free_priced_gpus(order, start, end, gpu_model_of=models, runtime_of=runtimes,
+                               avoid_nodes=avoid_nodes)
     result = clearing.match_on_demand(WIDEST_FIRST, offers_from(by_node, models, runtimes),
                                       [bid_for(order)], make_placer())
     if result.refused:

@@ -312,14 +312,24 @@ def authenticate_node(node_id: int, raw_token: str) -> Node:
 
 
 def gpu_health_from(report: dict) -> tuple[str, str]:
-    """A GPU's health from one heartbeat's counters, and why."""
+    """A GPU's health from one heartbeat's counters, and why. A gateway (Slurm) reports no
+    counters but what its scheduler says: `down` (the node is down or drained there, why) and
+    `busy` (it runs work outside IBEX)."""
+    if report.get("down"):
+        return Gpu.Health.FAILED, report["down"]
     if report.get("ecc_errors", 0) > 0:
         return Gpu.Health.FAILED, f"{report['ecc_errors']} uncorrectable ECC error(s)"
     if report.get("xid_errors", 0) > 0:
         return Gpu.Health.DEGRADED, f"{report['xid_errors']} XID error(s)"
     if report.get("temperature_c", 0) >= HOT_TEMPERATURE_C:
         return Gpu.Health.DEGRADED, f"temperature {report['temperature_c']} °C"
+    if report.get("busy"):
+        return Gpu.Health.BUSY, report["busy"]
     return Gpu.Health.OK, "counters clean"
+
+
+# Healthy: a busy GPU works, it is just not free to sell (the node stays healthy).
+_WORKING = (Gpu.Health.OK, Gpu.Health.BUSY)
 
 
 # The node's registered GPU indexes, in order (compared with a heartbeat's in one UPDATE).
@@ -441,11 +451,12 @@ def _update_gpu_health(node: Node, reports: list[dict], now: datetime) -> tuple[
             health, why = Gpu.Health.UNKNOWN, "not reported by the node's agent"
         else:
             health, why = gpu_health_from(report)
-        all_ok = all_ok and health == Gpu.Health.OK
+        all_ok = all_ok and health in _WORKING
         if health != gpu.health:
             Gpu.objects.filter(pk=gpu.pk).update(health=health, health_changed_at=now)
-            if (gpu.health, health) != (Gpu.Health.UNKNOWN, Gpu.Health.OK):
-                # (a GPU first reported healthy is no health event; one that vanishes is)
+            if gpu.health not in (Gpu.Health.UNKNOWN, *_WORKING) or health not in _WORKING:
+                # (a GPU first reported healthy is no health event, nor one that is busy with
+                # other work and free again; one that vanishes or fails is)
                 HealthEvent.objects.create(node=node, gpu=gpu, kind=HealthEvent.Kind.GPU_HEALTH,
                                            from_value=gpu.health, to_value=health, detail=why)
     return all_ok, inventory_mismatch(registered, set(by_index))

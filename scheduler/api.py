@@ -1,18 +1,21 @@
-"""REST API for service levels. Thin: validate, call `scheduler.sla`, serialize. Another
-organisation's rows are a 404. Tenant events and webhook endpoints: `notify/api.py`."""
+"""REST API for service levels and fabric gateways. Thin: validate, call `scheduler.sla` or
+`scheduler.gateway`, serialize. Another organisation's rows are a 404. Tenant events and
+webhook endpoints: `notify/api.py`."""
 
 from __future__ import annotations
 
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.api import DollarsField
-from ibex.accounts.permissions import ReadOrTrade, organization_of
+from ibex.accounts.api import StrictSerializer
+from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
 from market.models import Lease
-from scheduler import sla
+from scheduler import gateway, sla
 from scheduler.models import SlaCredit
 
 # --- SLA of a lease -------------------------------------------------------------------------------
@@ -112,3 +115,82 @@ class LeaseSlaView(APIView):
             "credits": report["credits"],
         }
         return Response(LeaseSlaSerializer(body).data)
+
+
+# --- a fabric gateway's heartbeat (Slurm) ---------------------------------------------------------
+
+
+class BusyGpuSerializer(StrictSerializer):
+    index = serializers.IntegerField(min_value=0, max_value=63)
+    reason = serializers.CharField(max_length=300)
+
+
+class GatewayNodeSerializer(StrictSerializer):
+    hostname = serializers.CharField(max_length=200)
+    gpus = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=63),
+                                 max_length=64, help_text="the GPU indexes Slurm knows")
+    down = serializers.CharField(max_length=300, required=False, default="", allow_blank=True,
+                                 help_text="why Slurm runs nothing there (DOWN, DRAIN, FAIL, "
+                                           "NOT_RESPONDING and its reason); \"\" when it does")
+    busy = BusyGpuSerializer(many=True, required=False, default=list, max_length=64,
+                             help_text="GPUs running jobs outside IBEX reservations")
+    serving = serializers.ListField(child=serializers.CharField(max_length=64), required=False,
+                                    default=list, max_length=256,
+                                    help_text="leases whose reservation holds this node")
+
+
+class RefusedReservationSerializer(StrictSerializer):
+    lease = serializers.CharField(max_length=64)
+    message = serializers.CharField(max_length=500)
+
+
+class GatewayHeartbeatSerializer(StrictSerializer):
+    fabric = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(choices=gateway.KINDS)
+    status = serializers.CharField(max_length=300, default="ok",
+                                   help_text='"ok", or what is wrong ("slurm unreachable: ...")')
+    nodes = GatewayNodeSerializer(many=True, max_length=10_000)
+    refused = RefusedReservationSerializer(many=True, required=False, default=list,
+                                           max_length=10_000)
+
+
+class ReservationSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    lease = serializers.CharField()
+    account = serializers.CharField()
+    ends_at = serializers.DateTimeField()
+    nodes = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()),
+                                  help_text="hostname -> the lease's GPU indexes there")
+
+
+class GatewayAnswerSerializer(serializers.Serializer):
+    interval_s = serializers.IntegerField()
+    reservations = ReservationSerializer(many=True)
+    unregistered = serializers.ListField(child=serializers.CharField(),
+                                         help_text="reported hosts with no node: register them")
+
+
+class GatewayHeartbeatView(APIView):
+    """One request per interval from a fabric's gateway (`ibex-agent slurm`): every node as the
+    scheduler sees it; the answer is the reservations the fabric should hold."""
+
+    permission_classes = [ReadOrProvide]
+
+    @extend_schema(request=GatewayHeartbeatSerializer, responses=GatewayAnswerSerializer,
+                   summary="A fabric gateway reports all its nodes; answered with reservations")
+    def post(self, request):
+        provider = organization_of(request)
+        if not provider.is_provider:
+            raise PermissionDenied("Only providers run fabric gateways.")
+        form = GatewayHeartbeatSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        nodes = [gateway.NodeReport(
+            hostname=n["hostname"], gpus=sorted(set(n["gpus"])), down=n["down"],
+            busy={b["index"]: b["reason"] for b in n["busy"]}, serving=list(n["serving"]))
+            for n in data["nodes"]]
+        refused = [gateway.RefusedReservation(r["lease"], r["message"]) for r in data["refused"]]
+        answer = gateway.record_gateway_heartbeat(
+            provider=provider, fabric_name=data["fabric"], kind=data["kind"],
+            status=data["status"], nodes=nodes, refused=refused)
+        return Response(GatewayAnswerSerializer(answer).data)

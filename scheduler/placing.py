@@ -40,6 +40,7 @@ from market.orders import FoundGpus, FreeGpu, find_gpus
 from pool import services as pool
 from pool.core import quotas as quota_core
 from pool.models import Binding
+from scheduler import gateway
 from scheduler.pools import admission
 from scheduler.pools.running import running_of
 
@@ -113,7 +114,8 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
         # from now on: a GPU another lease held until a moment ago is free for it
         start = max(lease.starts_at, timezone.now())
         found = (_find_in_pool(order, start, lease.ends_at) if order.pool_id
-                 else find_gpus(order, start, lease.ends_at))
+                 else find_gpus(order, start, lease.ends_at,
+                                avoid_nodes=gateway.avoided_nodes(lease.pk)))
         if isinstance(found, str):
             raise NoPlacement(f"{lost} of its GPUs are no longer offered and {found}")
         try:

@@ -328,3 +328,99 @@ def parse_topology(text: str) -> SlurmTopology:
             switches=tuple(expand_hostlist(fields["Switches"])) if fields.get("Switches") else (),
         )
     return SlurmTopology(switches=switches)
+
+
+def topology_conf(topology: SlurmTopology) -> str:
+    """The topology as a `topology.conf` (tree) for IBEX's fabric import: leaves list their
+    nodes, higher switches their switches, as Slurm's own file does."""
+    lines = []
+    for switch in sorted(topology.switches.values(), key=lambda s: (s.level, s.name)):
+        if switch.switches:
+            lines.append(f"SwitchName={switch.name} Switches={','.join(switch.switches)}")
+        else:
+            lines.append(f"SwitchName={switch.name} Nodes={','.join(switch.nodes)}")
+    return "\n".join(lines) + "\n"
+
+
+# -- reservations and jobs, one-line form (-o) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmReservation:
+    name: str
+    nodes: frozenset[str]
+    start: str  # as Slurm prints it: 2026-12-03T10:31:16 (the controller's local time)
+    end: str
+    accounts: str  # "" when none
+    users: str
+    state: str  # ACTIVE or INACTIVE (not started yet)
+
+
+def _null(value: str | None) -> str:
+    return "" if value in (None, "(null)", "N/A") else value
+
+
+def parse_reservations_text(text: str) -> list[SlurmReservation]:
+    """``scontrol -o show reservation``: one reservation a line ("No reservations in the
+    system" when there is none)."""
+    reservations = []
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        fields = _fields(line)
+        nodes = _null(fields.get("Nodes"))
+        reservations.append(SlurmReservation(
+            name=fields["ReservationName"],
+            nodes=frozenset(expand_hostlist(nodes)) if nodes else frozenset(),
+            start=fields.get("StartTime", ""), end=fields.get("EndTime", ""),
+            accounts=_null(fields.get("Accounts")), users=_null(fields.get("Users")),
+            state=fields.get("State", ""),
+        ))
+    return reservations
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: str
+    state: str
+    user: str
+    reservation: str  # "" when none
+    gpus: dict[str, tuple[int, ...]]  # node -> the GPU indexes the job holds there
+
+
+# ``Nodes=n003 CPU_IDs=0 Mem=2048 GRES=gpu:h100:3(IDX:0-2)``: one per node group of a job, with -d
+_JOB_NODES = re.compile(r"\bNodes=(?P<nodes>\S+) CPU_IDs=\S+ Mem=\S+ GRES=(?P<gres>\S*)")
+_GPU_IDX = re.compile(r"gpu(?::[^:(]+)?(?::\d+)?\(IDX:(?P<idx>[^)]*)\)")
+
+
+def _index_list(text: str) -> tuple[int, ...]:
+    indexes: list[int] = []
+    for part in text.split(","):
+        if not part or part == "N/A":
+            continue
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise SlurmParseError(f"unreadable GPU index list {text!r}")
+        indexes.extend(range(int(low), int(high or low) + 1))
+    return tuple(sorted(set(indexes)))
+
+
+def parse_jobs_text(text: str) -> list[SlurmJob]:
+    """``scontrol -d -o show job``: one job a line, its GPUs per node from the detail part."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.startswith("JobId="):
+            continue
+        fields = _fields(line)
+        gpus: dict[str, tuple[int, ...]] = {}
+        for match in _JOB_NODES.finditer(line):
+            held = tuple(i for m in _GPU_IDX.finditer(match["gres"]) for i in _index_list(m["idx"]))
+            if held:
+                for node in expand_hostlist(match["nodes"]):
+                    gpus[node] = held
+        jobs.append(SlurmJob(
+            job_id=fields["JobId"], state=fields.get("JobState", ""),
+            user=fields.get("UserId", "").split("(")[0],
+            reservation=_null(fields.get("Reservation")), gpus=gpus,
+        ))
+    return jobs

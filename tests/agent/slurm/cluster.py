@@ -216,6 +216,17 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                                           "-f", str(self.conf)])
         self._wait_for("all nodes IDLE", self._all_idle, deadline)
 
+    def stop_controller(self) -> None:
+        """slurmctld alone goes (the nodes and their jobs stay), as in a controller restart."""
+        proc = self.processes["slurmctld"]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def start_controller(self, timeout: float = START_TIMEOUT_S) -> None:
+        """slurmctld again, from its saved state (reservations and jobs survive)."""
+        self._spawn("slurmctld", [_program("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        self._wait_for("slurmctld", self._controller_answers, time.monotonic() + timeout)
+
     def _controller_answers(self) -> bool:
         try:
             self.scontrol("ping", timeout=5)
