@@ -356,10 +356,14 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
     )
     # Steady only while the agent reports exactly the registered GPUs: a GPU it stops
     # reporting is no longer known to be healthy.
-    updated = steady and Node.objects.alias(registered=Subquery(_registered_indexes)).filter(
+    unchanged = Node.objects.alias(registered=Subquery(_registered_indexes)).filter(
         pk=node.pk, state=node.state, health=Node.Health.REACHABLE, healthy_since__isnull=False,
-        registered=sorted({g["index"] for g in gpus}),
-    ).update(last_heartbeat_at=now)
+        registered=sorted({g["index"] for g in gpus}))
+    if node.runtime == Node.Runtime.SLURM:
+        # (only gateways report busy GPUs: one that is free again must be written)
+        unchanged = unchanged.exclude(Exists(Gpu.objects.filter(node=OuterRef("pk"),
+                                                                health=Gpu.Health.BUSY)))
+    updated = steady and unchanged.update(last_heartbeat_at=now)
     if not updated:
         node = _record_heartbeat_locked(node, gpus, now)
     if runtime is not None:
