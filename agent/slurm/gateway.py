@@ -237,6 +237,8 @@ class SlurmGateway:
         self.client = ApiClient(options.api, timeout_s=options.timeout_s)
         self.picture: Picture | None = None
         self.gpu_models: dict[str, str] = {}  # hostname -> IBEX model, for the registered
+        self.considered: set[str] = set()  # nodes looked at for registration
+        self.topology: SlurmTopology | None = None
         self.wanted: list[Wanted] = []
         self.refused: list[dict] = []
         self.reconciled_once = False
@@ -259,15 +261,19 @@ class SlurmGateway:
                 self.stop.wait(retry_delay(min(self.interval_s, 5.0), failures))
         else:
             return
+        self.import_topology(topology, nodes)
+        self.register(nodes)
+
+    def import_topology(self, topology: SlurmTopology, nodes: list[SlurmNode]) -> None:
         if not topology.switches:
             raise AgentError("slurm: `scontrol show topology` lists no switches; IBEX needs "
                              "the topology/tree plugin and a topology.conf")
         gpus_per_node = max((n.gpu_count for n in nodes), default=8) or 8
         self.client.import_fabric(self.options.key, self.options.fabric,
                                   topology_conf(topology), "slurm", min(gpus_per_node, 64))
+        self.topology = topology
         log.info("slurm: fabric %s imported: %d switches, %d nodes", self.options.fabric,
                  len(topology.switches), len(nodes))
-        self.register(nodes)
 
     def _in_partition(self, nodes: list[SlurmNode]) -> list[SlurmNode]:
         if not self.options.partition:
@@ -286,8 +292,12 @@ class SlurmGateway:
                  if _fabric_name(n) == self.options.fabric and n.get("state") != "retired"}
         specs = []
         for node in nodes:
+            self.considered.add(node.name)
             model = self._model_of(node)
             if model is None:
+                continue
+            if self.topology is None or self.topology.leaf_of(node.name) is None:
+                log.warning("slurm: %s is on no leaf switch of the topology; left out", node.name)
                 continue
             self.gpu_models[node.name] = model
             if node.name not in known:
@@ -314,6 +324,21 @@ class SlurmGateway:
         except UnknownGpuType as error:
             log.warning("slurm: %s left out: %s", node.name, error)
             return None
+
+    def _register_new(self, picture: Picture, unregistered: set[str]) -> None:
+        """Nodes added to Slurm since (the topology is imported again first), and nodes IBEX
+        says it has not got (retired there meanwhile)."""
+        try:
+            new = [n for n in self._in_partition(picture.nodes) if n.name not in self.considered]
+            if new:
+                self.import_topology(self.scontrol.topology(), picture.nodes)
+        except (SlurmUnreachable, SlurmRefused, SlurmParseError) as error:
+            log.warning("slurm: cannot read the new nodes' topology (%s); trying again", error)
+            return
+        again = [n for n in picture.nodes if n.name in unregistered and n.name not in
+                 {m.name for m in new}]
+        if new or again:
+            self.register(new + again)
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -362,8 +387,8 @@ class SlurmGateway:
         if not self.options.interval_s and answer.get("interval_s"):
             self.interval_s = max(float(answer["interval_s"]), 1.0)
         self.wanted = [Wanted.from_answer(item) for item in answer.get("reservations") or []]
-        if answer.get("unregistered") and picture is not None:
-            self.register([n for n in picture.nodes if n.name in set(answer["unregistered"])])
+        if picture is not None:
+            self._register_new(picture, set(answer.get("unregistered") or ()))
         if status != "ok" or picture is None:
             log.warning("slurm: %s", status)
             return retry_delay(self.interval_s, 1)

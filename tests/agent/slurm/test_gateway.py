@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 
 import pytest
 import requests
@@ -167,6 +168,26 @@ def test_a_16_gpu_leaf_lease_is_a_reservation_on_two_nodes_of_one_leaf_and_jobs_
     assert answer.status_code == 200, answer.text
     wait_for(lambda: f"ibex-lease-{lease_id}" not in campus.reservations(),
              "the reservation to be deleted", campus.gateway_log)
+
+
+def slurm_end(fields: dict[str, str]) -> datetime:
+    return datetime.strptime(fields["EndTime"], "%Y-%m-%dT%H:%M:%S").astimezone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_extended_lease_extends_its_reservation(campus):
+    lease_id = campus.order(8)["lease"]
+    lease = campus.active(lease_id)
+    name = f"ibex-lease-{lease_id}"
+    fields = wait_for(lambda: campus.reservations().get(name), "the reservation")
+    ends_at = datetime.fromisoformat(lease["ends_at"].replace("Z", "+00:00"))
+    assert abs(slurm_end(fields) - ends_at) < timedelta(seconds=1)
+    answer = campus.api.post(f"{campus.url}/api/v1/leases/{lease_id}/extend/", {"hours": 2},
+                             timeout=30)
+    assert answer.status_code == 200, answer.text
+    wait_for(lambda: abs(slurm_end(campus.reservations()[name]) - ends_at
+                         - timedelta(hours=2)) < timedelta(seconds=1),
+             "the reservation to end two hours later", campus.gateway_log)
 
 
 @pytest.mark.django_db(transaction=True)
