@@ -18,6 +18,7 @@ from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_o
 from ibex.api.pagination import CursorPagination
 from ibex.api.throttles import OrderThrottle
 from market import leasing, orders, prices
+from market.core.workloads import MAX_SLURM_ACCOUNT_CHARS
 from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
 from pool import workloads as pool_workloads
 from pool.core.workloads import WORKLOAD_STATES
@@ -178,7 +179,7 @@ class LeaseSerializer(serializers.ModelSerializer):
         fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
                   "ended_at", "preempt_at", "allow_moves", "created_at", "events", "workload",
-                  "access"]
+                  "access", "slurm_account"]
 
     def _bindings(self, lease) -> list:
         known = self.context.get("bindings")
@@ -369,6 +370,12 @@ class OrderCreateSerializer(StrictSerializer):
         child=serializers.CharField(trim_whitespace=False), required=False, default=list,
         max_length=16, help_text="OpenSSH public keys (ed25519, ecdsa, rsa of 2048 bits or more) "
                                  "let into the lease's nodes")
+    slurm_account = serializers.CharField(
+        required=False, default="", allow_blank=True, trim_whitespace=False,
+        max_length=MAX_SLURM_ACCOUNT_CHARS,
+        help_text="the Slurm account (or user) the lease's reservation is made for on nodes of a "
+                  "Slurm cluster, which take only orders that name one: letters, digits, _ . -, "
+                  "starting with a letter, digit or _")
 
     def validate_max_price_per_gpu_hour(self, micros):
         if micros < 0:
@@ -396,7 +403,7 @@ class OrderCreateSerializer(StrictSerializer):
             priority=data["priority"], priority_class=data["priority_class"],
             allow_moves=data["allow_moves"],
             workload=dict(data["workload"]) if data.get("workload") is not None else None,
-            ssh_keys=list(data["ssh_keys"]),
+            ssh_keys=list(data["ssh_keys"]), slurm_account=data["slurm_account"],
         )
 
 
@@ -413,7 +420,7 @@ class OrderSerializer(serializers.ModelSerializer):
         fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
                   "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
                   "priority", "priority_class", "queue_position", "allow_moves", "workload", "ssh_keys",
-                  "created_at"]
+                  "slurm_account", "created_at"]
 
     @extend_schema_field(StartWindowSerializer(allow_null=True))
     def get_start_window(self, order) -> dict | None:

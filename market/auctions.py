@@ -89,11 +89,11 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
     # Capacity: GPUs free from now to the farthest end any bid needs (conservative: a GPU
     # counted here is free for every bid's range).
     horizon = max(_starts_at(o, now) + timedelta(hours=o.hours) for o in orders)
-    # every node's GPUs (the probe asks nothing of the agents): the clearing keeps each bid
-    # off the nodes whose runtime cannot run what it asks
+    # every node's GPUs, whatever it runs: the clearing keeps each bid off the nodes whose
+    # runtime cannot run what it asks (`bid_for`)
     probe = Order(gpu_models=[gpu_model], hours=1)
     runtimes: dict[str, str] = {}
-    by_node = free_priced_gpus(probe, now, horizon, runtime_of=runtimes)
+    by_node = free_priced_gpus(probe, now, horizon, runtime_of=runtimes, any_runtime=True)
     models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
                   .values_list("node__hostname", "gpu_model__name"))
     by_id = {str(o.pk): o for o in orders}
@@ -156,7 +156,7 @@ def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
         max_price_micros=order.max_price_micros,
         locality=Locality.of(keys).to_json(),
         actor="market", allow_moves=order.allow_moves, workload=order.workload,
-        ssh_keys=order.ssh_keys,
+        ssh_keys=order.ssh_keys, slurm_account=order.slurm_account,
         reason=f"order {order.pk} won at {now:%Y-%m-%d %H:%M} UTC's clearing",
     )
 

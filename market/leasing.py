@@ -33,6 +33,7 @@ from market.models import Allocation, Lease, LeaseEvent, Order
 from market.order_states import release_order_hold
 from pool import services as pool
 from pool import workloads as pool_workloads
+from pool.core.workloads import runtimes_for
 from pool.models import Gpu, Node, Pool
 
 S = Lease.State
@@ -47,6 +48,12 @@ LEASE_TRANSITIONS = {
     S.FAILED: set(),
 }
 ENDED = {S.PREEMPTED, S.COMPLETED, S.TERMINATED, S.FAILED}
+
+
+def runtimes_of(asking: Order | Lease) -> frozenset[str] | None:
+    """The node runtimes an order's or a lease's GPUs may be on: `runtimes_for` what it asks
+    (its workload, SSH keys and Slurm account); None: any node."""
+    return runtimes_for(asking.workload, asking.ssh_keys, asking.slurm_account)
 
 
 class LeaseTransitionError(Refusal):
@@ -171,14 +178,16 @@ def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[
                  starts_at: datetime, ends_at: datetime, price_micros: int,
                  max_price_micros: int, locality: dict, actor: str,
                  allow_moves: bool = False, reason: str = "created",
-                 workload: dict | None = None, ssh_keys: list[str] = ()) -> Lease:
+                 workload: dict | None = None, ssh_keys: list[str] = (),
+                 slurm_account: str = "") -> Lease:
     """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable; `reason`
-    says how it was won, for its history; `workload` and `ssh_keys` come from its order."""
+    says how it was won, for its history; `workload`, `ssh_keys` and `slurm_account` come from
+    its order."""
     lease = Lease.objects.create(
         tenant=tenant, tier=tier, gpu_model=gpu_model, gpu_count=len(gpus),
         price_micros=price_micros, max_price_micros=max_price_micros, starts_at=starts_at,
         ends_at=ends_at, locality=locality, allow_moves=allow_moves, workload=workload,
-        ssh_keys=list(ssh_keys),
+        ssh_keys=list(ssh_keys), slurm_account=slurm_account,
     )
     LeaseEvent.objects.create(lease=lease, to_state=S.PENDING, actor=actor, reason=reason)
     period = DateTimeTZRange(starts_at, ends_at)

@@ -11,6 +11,7 @@ from django.db.models import F, Q
 from ibex.accounts.models import Organization
 from ibex.references import lease_ref
 from ibex.statemachine import StateChange
+from market.core.workloads import MAX_SLURM_ACCOUNT_CHARS, SLURM_ACCOUNT_PATTERN
 
 # --- prices ---------------------------------------------------------------------------------
 
@@ -93,6 +94,10 @@ class Lease(models.Model):
                                           "order; market.core.workloads)")
     ssh_keys = ArrayField(models.TextField(), default=list, blank=True,
                           help_text="OpenSSH public keys let into the lease's nodes")
+    slurm_account = models.CharField(
+        max_length=MAX_SLURM_ACCOUNT_CHARS, blank=True, default="",
+        help_text="the Slurm account its reservations on Slurm nodes are made for (from the "
+                  "order; market.core.workloads)")
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -101,6 +106,8 @@ class Lease(models.Model):
             models.CheckConstraint(condition=Q(ends_at__gt=F("starts_at")),
                                    name="lease_ends_after_it_starts"),
             models.CheckConstraint(condition=Q(gpu_count__gt=0), name="lease_has_gpus"),
+            models.CheckConstraint(condition=Q(slurm_account__regex=SLURM_ACCOUNT_PATTERN),
+                                   name="lease_slurm_account_well_formed"),
             models.CheckConstraint(condition=Q(price_micros__gte=0)
                                    & Q(price_micros__lte=F("max_price_micros")),
                                    name="lease_price_within_limit"),
@@ -184,6 +191,8 @@ class Order(models.Model):
     workload = models.JSONField(null=True, blank=True, help_text="passed on to its lease")
     ssh_keys = ArrayField(models.TextField(), default=list, blank=True,
                           help_text="passed on to its lease")
+    slurm_account = models.CharField(max_length=MAX_SLURM_ACCOUNT_CHARS, blank=True, default="",
+                                     help_text="passed on to its lease")
     state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
     reason = models.CharField(max_length=500, blank=True)
     lease = models.OneToOneField(Lease, null=True, blank=True, on_delete=models.SET_NULL,
@@ -212,6 +221,8 @@ class Order(models.Model):
             models.CheckConstraint(condition=Q(pool__isnull=True)
                                    | (Q(quota_node__isnull=False) & Q(max_price_micros=0)),
                                    name="pool_order_in_a_queue_and_unpriced"),
+            models.CheckConstraint(condition=Q(slurm_account__regex=SLURM_ACCOUNT_PATTERN),
+                                   name="order_slurm_account_well_formed"),
         ]
         indexes = [models.Index(fields=["tier", "state"])]
 

@@ -35,7 +35,7 @@ from market.order_states import (
     release_order_hold,
 )
 from market.placement_port import make_placer
-from pool.core.workloads import runtimes_for
+from pool.core.workloads import runtimes_field, runtimes_for
 from pool.models import Gpu, GpuModel
 from pool.services import offered_gpus
 
@@ -61,6 +61,7 @@ class OrderRequest:
     allow_moves: bool | None = None  # None: spot leases may be moved, others not
     workload: dict | None = None  # what the lease's nodes run (market.core.workloads)
     ssh_keys: list = field(default_factory=list)  # OpenSSH public keys let into its nodes
+    slurm_account: str = ""  # the Slurm account its reservations on Slurm nodes are made for
 
 
 def allows_moves(request: OrderRequest) -> bool:
@@ -107,11 +108,26 @@ def _check_window(request: OrderRequest, now: datetime) -> None:
                          f"days (by {horizon:%Y-%m-%d %H:%M} UTC)", field="start_window")
 
 
-def work_of(request: OrderRequest) -> tuple[dict | None, list[str]]:
-    """The order's workload and SSH keys as a lease keeps them, or the input at fault."""
+@dataclass(frozen=True)
+class Work:
+    """What an order asks its lease's nodes for, checked, as the order and its lease keep it."""
+
+    workload: dict | None
+    ssh_keys: list[str]
+    slurm_account: str
+
+    def runtimes(self) -> frozenset[str] | None:
+        return runtimes_for(self.workload, self.ssh_keys, self.slurm_account)
+
+
+def work_of(request: OrderRequest) -> Work:
+    """The order's workload, SSH keys and Slurm account as a lease keeps them, or the input at
+    fault."""
     try:
         workload = workloads.parse_workload(request.workload)
-        return (workload.as_json() if workload else None), workloads.parse_ssh_keys(request.ssh_keys)
+        return Work(workload=workload.as_json() if workload else None,
+                    ssh_keys=workloads.parse_ssh_keys(request.ssh_keys),
+                    slurm_account=workloads.parse_slurm_account(request.slurm_account))
     except workloads.InvalidWorkload as exc:
         raise OrderError(exc.message, field=exc.field) from None
 
@@ -130,15 +146,15 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                                         idempotency_key=request.idempotency_key).first()
         if existing is not None:
             return existing
-    workload, ssh_keys = work_of(request)  # refused before anything is looked up or written
+    work = work_of(request)  # refused before anything is looked up or written
     target = None
     if request.pool:
         target = pool_orders.resolve_target(
             tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
             tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
             priority=request.priority, priority_class=request.priority_class,
-            runtimes=runtimes_for(workload, ssh_keys),
-            runtimes_field="ssh_keys" if ssh_keys else "workload")
+            runtimes=work.runtimes(),
+            runtimes_field=runtimes_field(work.workload, work.ssh_keys))
     elif request.tier != Lease.Tier.ON_DEMAND:
         _check(request)
     else:
@@ -150,7 +166,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     try:
         with transaction.atomic():
             try:
-                order = _create_and_hold(tenant, request, actor, workload, ssh_keys)
+                order = _create_and_hold(tenant, request, actor, work)
             except OrderError:
                 if check_unless_filled:
                     _check_size(request)  # bad input is named before a money refusal
@@ -173,14 +189,14 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
 
 
 def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str,
-                     workload: dict | None, ssh_keys: list[str]) -> Order:
+                     work: Work) -> Order:
     order = Order.objects.create(
         tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
         gpus=request.gpus, hours=request.hours, tier=request.tier,
         max_price_micros=request.max_price_micros, topology=request.topology,
         start_earliest=request.start_earliest, start_latest=request.start_latest,
         fill=request.fill, priority=request.priority, allow_moves=allows_moves(request),
-        workload=workload, ssh_keys=ssh_keys,
+        workload=work.workload, ssh_keys=work.ssh_keys, slurm_account=work.slurm_account,
     )
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
     cost = max_cost_micros(request)
@@ -219,7 +235,7 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime,
     window = (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
         Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
     cheapest_first = ("prices__price_micros", "index")
-    runtimes = None if any_runtime else runtimes_for(order.workload, order.ssh_keys)
+    runtimes = None if any_runtime else leasing.runtimes_of(order)
     on_nodes = Q() if runtimes is None else Q(node__runtime__in=sorted(runtimes))
     rows = (
         offered_gpus().exclude(node__pools__kind="private")  # private pools are not sold
@@ -264,7 +280,7 @@ def bid_for(order: Order) -> clearing.Bid:
                                    slice_size=8 if whole else None,
                                    slice_level="node" if whole else None),
         submitted_at=order.created_at,
-        runtimes=runtimes_for(order.workload, order.ssh_keys),
+        runtimes=leasing.runtimes_of(order),
     )
 
 
@@ -314,10 +330,11 @@ def find_gpus(order: Order, start: datetime, end: datetime,
 
 
 def _why_not(order: Order, start: datetime, end: datetime, reason: str) -> str:
-    """The refusal's reason; for an order asking nodes to run something, matched again over
-    every node's free GPUs (the clearing still keeps it off the ones that cannot run it), so
-    that a refusal caused by the runtime says so. Only refusals pay for this second look."""
-    if runtimes_for(order.workload, order.ssh_keys) is None:
+    """The refusal's reason; for an order kept off some nodes by their runtime (one asking
+    nodes to run something, or naming no Slurm account), matched again over every node's free
+    GPUs (the clearing still keeps it off the ones that cannot run it), so that a refusal
+    caused by the runtime says so. Only refusals pay for this second look."""
+    if leasing.runtimes_of(order) is None:
         return reason
     models: dict[str, str] = {}
     runtimes: dict[str, str] = {}
@@ -375,6 +392,7 @@ def _lease_for(order: Order, found: FoundGpus, start, end, actor) -> Lease:
         max_price_micros=order.max_price_micros, locality=found.locality(), actor=actor,
         reason=f"order {order.pk} matched at posted prices",
         allow_moves=order.allow_moves, workload=order.workload, ssh_keys=order.ssh_keys,
+        slurm_account=order.slurm_account,
     )
 
 

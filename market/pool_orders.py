@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from ibex.accounts.models import Organization
 from ibex.outbox import services as outbox
@@ -90,19 +90,18 @@ def resolve_target(*, tenant: Organization, pool: str, queue: str, gpu_models: l
             raise OrderError("give a priority or a priority_class, not both",
                              field="priority_class")
         priority = named.value
-    largest = (Gpu.objects.filter(node__pools=found, gpu_model__name=gpu_models[0])
-               .exclude(node__state="retired").count())
-    if gpus > largest:
-        raise OrderError(f"pool {pool} has {largest} {gpu_models[0]} GPUs", field="gpus")
-    if runtimes is not None:
-        # the pool's nodes as their agents report them now: an order they cannot run would
-        # only wait in the queue for ever
-        able = (Gpu.objects.filter(node__pools=found, gpu_model__name=gpu_models[0],
-                                   node__runtime__in=sorted(runtimes))
-                .exclude(node__state="retired").count())
-        if gpus > able:
-            raise OrderError(f"pool {pool} has {able} {gpu_models[0]} GPUs on nodes that can "
-                             f"run it; {why_runtimes(runtimes)}", field=runtimes_field)
+    # the pool's nodes as their agents report them now: an order they cannot run would only
+    # wait in the queue for ever (one query for both counts)
+    able = None if runtimes is None else Q(node__runtime__in=sorted(runtimes))
+    counted = (Gpu.objects.filter(node__pools=found, gpu_model__name=gpu_models[0])
+               .exclude(node__state="retired")
+               .aggregate(largest=Count("id"), able=Count("id", filter=able)))
+    if gpus > counted["largest"]:
+        raise OrderError(f"pool {pool} has {counted['largest']} {gpu_models[0]} GPUs",
+                         field="gpus")
+    if runtimes is not None and gpus > counted["able"]:
+        raise OrderError(f"pool {pool} has {counted['able']} {gpu_models[0]} GPUs on nodes "
+                         f"that can run it; {why_runtimes(runtimes)}", field=runtimes_field)
     return PoolTarget(found, chosen, priority, named)
 
 
@@ -125,7 +124,7 @@ def fill_pool_order(*, order: Order, gpus: list[leasing.GpuChoice], gpu_model: s
         starts_at=starts_at, ends_at=starts_at + timedelta(hours=order.hours), price_micros=0,
         max_price_micros=0, locality=locality, actor=actor,
         reason=f"order {order.pk} admitted by the pool's quota", workload=order.workload,
-        ssh_keys=order.ssh_keys)
+        ssh_keys=order.ssh_keys, slurm_account=order.slurm_account)
     Lease.objects.filter(pk=lease.pk).update(quota_node=order.quota_node_id,
                                              priority=order.priority)
     lease.quota_node_id, lease.priority = order.quota_node_id, order.priority

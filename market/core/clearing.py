@@ -141,7 +141,8 @@ class Bid:
     gpu_models: frozenset[str] | None = None
     topology: Topology = Topology()
     submitted_at: datetime | None = None
-    # the node runtimes that can run what it asks (a workload, SSH keys); None: any node
+    # the node runtimes that can run what it asks (a workload, SSH keys, a Slurm account or
+    # none: `pool.core.workloads.runtimes_for`); None: any node
     runtimes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
@@ -301,6 +302,7 @@ class Stock:
         self.placer = placer
         self.prices = {node.name: node.reserve_micros for node in nodes}
         self.runtime = {node.name: node.runtime for node in nodes}
+        self.runtimes_offered = frozenset(self.runtime.values())
         self.sold = dict.fromkeys(self.prices, 0)
         self.visible = {name: len(prices) for name, prices in self.prices.items()}
         self.withheld_gpus = 0
@@ -350,15 +352,15 @@ class Stock:
 
     def unfit_for(self, bid: Bid) -> dict[str, int]:
         """The GPUs in view on nodes whose runtime cannot run what the bid asks."""
-        if bid.runtimes is None:
-            return {}
+        if bid.runtimes is None or self.runtimes_offered <= bid.runtimes:
+            return {}  # every node can (a bid naming no Slurm account, where none is Slurm)
         return {name: visible for name, visible in self.visible.items()
                 if visible and self.runtime[name] not in bid.runtimes}
 
     def place(self, bid: Bid) -> tuple[Assignment | None, str]:
         """The placer's answer for the bid over the GPUs in view on the nodes that can run
-        it: the others are taken out of view for this one question. A bid asking nothing of
-        the nodes' agents goes straight to the placer."""
+        it: the others are taken out of view for this one question. A bid every node can run
+        goes straight to the placer."""
         unfit = self.unfit_for(bid)
         if not unfit:
             return self.placer.place(bid)

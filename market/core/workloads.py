@@ -1,10 +1,12 @@
-"""What a tenant sends with an order so a lease can run its work: the workload and SSH keys.
+"""What a tenant sends with an order so a lease can run its work: the workload, SSH keys and
+the Slurm account.
 
-Pure Python, no Django. This module owns the rules for the two order fields that reach the
+Pure Python, no Django. This module owns the rules for the three order fields that reach the
 tenant's machines, and turns them into values the rest of IBEX can trust without looking again:
 
     parse_workload(raw) -> Workload | None     None (no workload) or a validated Workload
     parse_ssh_keys(raw) -> list[str]           normalised "TYPE BASE64[ comment]" lines
+    parse_slurm_account(raw) -> str            "" (none) or a Slurm account or user name
     Workload(command, env, workdir).as_json()  {"command": [...], "env": {...}, "workdir": "..."}
     InvalidWorkload(field, message)            the one refusal; `field` is dotted, e.g.
                                                "workload.env.NAME" or "ssh_keys.2"
@@ -26,6 +28,11 @@ each at most MAX_SSH_KEY_BYTES. The key data is decoded and read in the SSH wire
 ecdsa-sha2-nistp256/384/521 (matching curve, uncompressed point) and ssh-rsa of at least
 MIN_RSA_BITS bits. DSA, certificates, security-key types and `authorized_keys` options are
 refused. The same key twice (whatever its comments) is refused.
+
+A Slurm account (docs/slurm.md) is the Slurm account or user name a lease placed on nodes of a
+Slurm cluster is reserved for: 1 to MAX_SLURM_ACCOUNT_CHARS ASCII letters, digits, "_", "." and
+"-", starting with a letter, digit or "_" (never "-", so it can never read as an option of a
+Slurm command). "" or None: the order names none.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ MAX_WORKDIR_CHARS = 255
 MAX_SSH_KEYS = 16
 MAX_SSH_KEY_BYTES = 16 * 1024
 MIN_RSA_BITS = 2048
+MAX_SLURM_ACCOUNT_CHARS = 64
 
 RESERVED_ENV_PREFIX = "IBEX_"
 RESERVED_ENV = frozenset({
@@ -54,6 +62,10 @@ SIMULATED_SECONDS_ENV = "IBEX_SIMULATED_SECONDS"
 
 WORKLOAD_KEYS = ("command", "env", "workdir")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SLURM_ACCOUNT_CHARS = re.compile(r"[A-Za-z0-9_.-]*")
+SLURM_ACCOUNT_FIRST = re.compile(r"[A-Za-z0-9_]")
+# the whole rule as one regular expression, "" included, for the database's check constraint
+SLURM_ACCOUNT_PATTERN = rf"^([A-Za-z0-9_][A-Za-z0-9_.-]{{0,{MAX_SLURM_ACCOUNT_CHARS - 1}}})?$"
 ED25519 = "ssh-ed25519"
 RSA = "ssh-rsa"
 ECDSA_POINT_BYTES = {
@@ -66,7 +78,8 @@ USE_INSTEAD = f"use ed25519, ecdsa or rsa ({MIN_RSA_BITS} bits or more)"
 
 
 class InvalidWorkload(ValueError):
-    """A refused workload or SSH key; `field` names the input at fault, e.g. `ssh_keys.2`."""
+    """A refused workload, SSH key or Slurm account; `field` names the input at fault, e.g.
+    `ssh_keys.2`."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -175,6 +188,29 @@ def _workdir(raw: Any) -> str:
         raise InvalidWorkload(field, "must be relative to the lease's home: drop the leading /")
     if ".." in raw.split("/"):
         raise InvalidWorkload(field, "must not contain a '..' component")
+    return raw
+
+
+# --- the Slurm account ----------------------------------------------------------------------
+
+
+def parse_slurm_account(raw: Any) -> str:
+    """The Slurm account or user name the order's lease is reserved for, or "" for none."""
+    field = "slurm_account"
+    if raw is None or raw == "":
+        return ""
+    if not isinstance(raw, str):
+        raise InvalidWorkload(field, f"must be a string, not {type(raw).__name__}")
+    if len(raw) > MAX_SLURM_ACCOUNT_CHARS:
+        raise InvalidWorkload(field, f"is {len(raw)} characters long; a Slurm account or user "
+                                     f"name has at most {MAX_SLURM_ACCOUNT_CHARS}")
+    if not SLURM_ACCOUNT_CHARS.fullmatch(raw):
+        bad = next(c for c in raw if not SLURM_ACCOUNT_CHARS.fullmatch(c))
+        raise InvalidWorkload(field, f"contains {bad!r}: a Slurm account or user name has only "
+                                     "letters, digits, '_', '.' and '-'")
+    if not SLURM_ACCOUNT_FIRST.fullmatch(raw[0]):
+        raise InvalidWorkload(field, f"starts with {raw[0]!r}: a Slurm account or user name "
+                                     "starts with a letter, a digit or '_'")
     return raw
 
 

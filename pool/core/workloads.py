@@ -5,7 +5,9 @@ sent, the lease's workload state from its ranks' states, and the SSH line a tena
     launch_for_rank(work, ...) -> dict                     the `launch` of a start action
     workload_state(rank_states) -> str                     waiting | running | exited | failed | stopped
     ssh_line(user, address, port) -> str                   "ssh -p 2222 ibex-l42@10.0.0.5"
-    runtimes_for(workload, ssh_keys) -> frozenset | None   the node runtimes that can run it
+    runtimes_for(workload, ssh_keys, slurm_account="")     the node runtimes that can run it
+        -> frozenset | None                                (None: any node)
+    runtimes_field(workload, ssh_keys) -> str              the order field a refusal names
     why_runtimes(runtimes) -> str                          why other nodes cannot
 """
 
@@ -18,12 +20,16 @@ WORKLOAD_STATES = ("waiting", *RANK_STATES)
 ENDED_RANK_STATES = frozenset({"exited", "failed", "stopped"})
 
 # what a node's agent can do for a lease (`pool.models.Node.Runtime`, reported by heartbeats)
-RUNTIMES = ("none", "process", "ssh", "slurm")
+SLURM = "slurm"  # a node of a Slurm cluster, registered by its gateway (docs/slurm.md)
+RUNTIMES = ("none", "process", "ssh", SLURM)
 RUNS_COMMANDS = frozenset({"process", "ssh"})
 RUNS_SSH = frozenset({"ssh"})
+NOT_SLURM = frozenset(RUNTIMES) - {SLURM}
 _WHY = {
     RUNS_COMMANDS: "a workload needs nodes whose agent runs commands (runtime process or ssh)",
     RUNS_SSH: "SSH keys need nodes whose agent runs SSH (runtime ssh)",
+    NOT_SLURM: "nodes on a Slurm fabric need a slurm_account on the order (the Slurm account "
+               "their reservation is made for)",
 }
 
 
@@ -83,15 +89,29 @@ def lease_id_of(ref: str) -> str:
     return number if prefix == "L" and number.isdigit() else ref
 
 
-def runtimes_for(workload: dict | None, ssh_keys: list | None) -> frozenset[str] | None:
-    """The node runtimes a lease asking for this may be placed on; None: any node (it asks
-    nothing of the agent). The one rule every placement applies: orders, auctions, pools,
-    re-placement and moves."""
+def runtimes_for(workload: dict | None, ssh_keys: list | None,
+                 slurm_account: str = "") -> frozenset[str] | None:
+    """The node runtimes a lease asking for this may be placed on; None: any node. The one
+    rule every placement applies: orders, auctions, pools, re-placement and moves.
+
+    A Slurm node is handed over as a reservation for a Slurm account, so it takes only leases
+    that name one; such a lease may also go on any other node, which ignores the account. A
+    workload or SSH keys need an agent that runs them, which a Slurm node has not."""
     if ssh_keys:
         return RUNS_SSH  # an ssh runtime also runs the command
     if workload:
         return RUNS_COMMANDS
-    return None
+    if slurm_account:
+        return None
+    return NOT_SLURM
+
+
+def runtimes_field(workload: dict | None, ssh_keys: list | None) -> str:
+    """The order field that `runtimes_for` restricted the nodes for, which a refusal names:
+    ssh_keys, workload, or else the slurm_account the order did not give."""
+    if ssh_keys:
+        return "ssh_keys"
+    return "workload" if workload else "slurm_account"
 
 
 def why_runtimes(runtimes: frozenset[str]) -> str:

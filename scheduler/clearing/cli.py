@@ -87,7 +87,10 @@ def parse_node(raw: Any, position: int, levels: Sequence[str]) -> NodeOffer:
 
 
 def _runtimes(value: Any, field: str) -> frozenset[str] | None:
-    """The node runtimes a bid may use (what its workload or SSH keys need); absent: any."""
+    """The node runtimes a bid may use; absent: any node. A what-if bid states them itself
+    rather than what its order asks: a market order naming no workload, SSH keys or Slurm
+    account is kept off Slurm nodes (`pool.core.workloads.runtimes_for`), which a bid models
+    with `["none", "process", "ssh"]`."""
     if value is None:
         return None
     runtimes = read_texts(value, field)

@@ -28,7 +28,6 @@ from django.utils import timezone
 from ibex.accounts.models import ProviderProfile
 from market import leasing
 from market.models import Allocation, GpuPrice, Lease
-from pool.core.workloads import runtimes_for
 from pool.models import Gpu, Node, Pool
 from scheduler.core.placement import defrag as core
 from scheduler.models import DefragRun
@@ -87,10 +86,10 @@ def snapshot(now: datetime) -> tuple[list[core.NodeView], list[core.LeaseView]]:
                              gpus=frozenset(held[lease.pk]), movable=movable(lease),
                              max_price_micros=paid[lease.pk],
                              ends_at=lease.ends_at.timestamp(),
-                             runtimes=runtimes_for(lease.workload, lease.ssh_keys))
+                             runtimes=leasing.runtimes_of(lease))
               for lease in Lease.objects.filter(pk__in=list(held)).only(
                   "id", "tier", "state", "allow_moves", "preempt_at", "gpu_model", "ends_at",
-                  "workload", "ssh_keys")]
+                  "workload", "ssh_keys", "slurm_account")]
     return nodes, leases
 
 

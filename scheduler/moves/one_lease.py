@@ -14,7 +14,6 @@ from django.utils import timezone
 from market import leasing
 from market.models import Allocation, Lease
 from pool import services as pool
-from pool.core.workloads import runtimes_for
 from pool.models import Gpu, Node
 from scheduler.moves.free_gpus import FreeIndex, Slot, domain_of
 
@@ -82,7 +81,7 @@ def choose(lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex
         fabric=_single({h.fabric for h in staying}),
         prefer_fabric=_single({h.fabric for h in held}),
         pool=lease.quota_node.pool_id if lease.quota_node_id else None,
-        runtimes=runtimes_for(lease.workload, lease.ssh_keys))
+        runtimes=leasing.runtimes_of(lease))
 
 
 def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIndex,

@@ -32,7 +32,7 @@ from market import leasing, pool_orders
 from market.models import Lease, Order
 from pool import quotas
 from pool.core import quotas as core
-from pool.core.workloads import runtimes_for, why_runtimes
+from pool.core.workloads import why_runtimes
 from pool.models import Gpu, Pool, QuotaNode
 from pool.services import offered_gpus
 from scheduler.core.placement import Node, PlacementIndex, Request, Slice
@@ -137,7 +137,7 @@ class PoolPlacer:
         topology = order.topology or {}
         whole = topology.get("whole_nodes")
         reserved = frozenset(reserved_nodes(self.nodes, others))
-        runtimes = runtimes_for(order.workload, order.ssh_keys)
+        runtimes = leasing.runtimes_of(order)
         unfit = frozenset() if runtimes is None else frozenset(
             name for name, node in self.nodes.items() if node.runtime not in runtimes)
         request = Request(gpus=order.gpus, required=topology.get("required"),

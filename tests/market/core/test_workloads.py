@@ -1,4 +1,5 @@
-"""What a tenant may send with an order to run its work: the workload and its SSH keys.
+"""What a tenant may send with an order to run its work: the workload, its SSH keys and the
+Slurm account its reservations are made for.
 
 These tests exercise `market.core.workloads` on its own. Public keys are made by the real
 `ssh-keygen` in tmp_path; the malformed ones are built by hand in the SSH wire format
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,12 +22,15 @@ from market.core.workloads import (
     MAX_COMMAND_BYTES,
     MAX_COMMAND_ITEMS,
     MAX_ENV_BYTES,
+    MAX_SLURM_ACCOUNT_CHARS,
     MAX_SSH_KEY_BYTES,
     MAX_SSH_KEYS,
     MAX_WORKDIR_CHARS,
     RESERVED_ENV,
+    SLURM_ACCOUNT_PATTERN,
     InvalidWorkload,
     Workload,
+    parse_slurm_account,
     parse_ssh_keys,
     parse_workload,
 )
@@ -562,3 +567,59 @@ def test_the_same_key_twice_is_refused_even_with_another_comment(keygen):
 
     assert (error.field, error.message) == ("ssh_keys.2", "is the same key as ssh_keys.0")
 
+
+
+# --- the Slurm account ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["physics", "a", "_svc", "9lives", "hpc.ml-team_2", "A" * 64])
+def test_a_slurm_account_of_letters_digits_underscores_dots_and_dashes_is_kept(name):
+    assert parse_slurm_account(name) == name
+
+
+@pytest.mark.parametrize("raw", [None, ""])
+def test_no_slurm_account_is_the_empty_string(raw):
+    assert parse_slurm_account(raw) == ""
+
+
+def test_a_slurm_account_has_at_most_64_characters():
+    error = refusal(parse_slurm_account, "a" * (MAX_SLURM_ACCOUNT_CHARS + 1))
+
+    assert (error.field, error.message) == (
+        "slurm_account", "is 65 characters long; a Slurm account or user name has at most 64")
+
+
+@pytest.mark.parametrize("name, bad", [("phys ics", "' '"), ("ops;rm", "';'"),
+                                       ("ops,root", "','"), ("physique-é", "'é'"),
+                                       ("acct\n", "'\\n'"), ("a/b", "'/'")])
+def test_a_slurm_account_with_another_character_is_refused_naming_it(name, bad):
+    error = refusal(parse_slurm_account, name)
+
+    assert (error.field, error.message) == (
+        "slurm_account", f"contains {bad}: a Slurm account or user name has only letters, "
+                         "digits, '_', '.' and '-'")
+
+
+@pytest.mark.parametrize("name", ["-physics", ".hidden", "-"])
+def test_a_slurm_account_cannot_start_with_a_dash_or_a_dot(name):
+    error = refusal(parse_slurm_account, name)
+
+    assert error.field == "slurm_account"
+    assert error.message == (f"starts with {name[0]!r}: a Slurm account or user name starts "
+                             "with a letter, a digit or '_'")
+
+
+@pytest.mark.parametrize("raw", [3, ["physics"], {"name": "physics"}, True])
+def test_a_slurm_account_must_be_a_string(raw):
+    assert refusal(parse_slurm_account, raw).message.startswith("must be a string")
+
+
+@given(st.text(alphabet=st.sampled_from("aZ09_.-é \n;"), max_size=70))
+def test_the_database_pattern_accepts_exactly_the_slurm_accounts_the_parser_keeps(name):
+    try:
+        parse_slurm_account(name)
+        kept = True
+    except InvalidWorkload:
+        kept = False
+
+    assert kept == bool(re.fullmatch(SLURM_ACCOUNT_PATTERN, name))

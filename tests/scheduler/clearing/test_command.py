@@ -104,6 +104,21 @@ def test_a_bid_with_runtimes_takes_only_nodes_whose_runtime_is_one_of_them():
     assert json.loads(done.stdout)["matched"][0]["assignment"] == {"n3": 4}
 
 
+def test_a_bid_without_runtimes_may_take_a_slurm_node_as_a_what_if_takes_any_node():
+    # the what-if states a bid's runtimes itself: absent, any node, a Slurm one included
+    document = with_changes(AUCTION, mode="on_demand", nodes__0__runtime="slurm")
+    document["bids"] = [document["bids"][2]]  # "c": 4 GPUs, cheapest on n1
+    done = run(document)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["matched"][0]["assignment"] == {"n1": 4}
+
+    # a market order naming no Slurm account is kept off Slurm nodes: say so with runtimes
+    document["bids"][0]["runtimes"] = ["none", "process", "ssh"]
+    done = run(document)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["matched"][0]["assignment"] == {"n3": 4}
+
+
 def test_the_exact_solve_can_be_switched_off():
     done = run(with_changes(AUCTION, exact=False))
     assert json.loads(done.stdout)["markets"][0]["exact"] is None

@@ -1,6 +1,7 @@
 """A lease asking its nodes to run something is never moved onto a node whose agent cannot run
 it: remediation and draining take replacements from nodes with a fitting runtime only, and
-defragmentation plans no move onto another node."""
+defragmentation plans no move onto another node. Likewise a lease naming no Slurm account is
+never moved onto a Slurm node."""
 
 import dataclasses
 
@@ -10,10 +11,12 @@ from market.models import Allocation, Lease
 from pool.models import Binding, Node
 from scheduler import placing as scheduler
 from scheduler.core.placement.defrag import plan_defrag
-from scheduler.moves import remediation
+from scheduler.moves import defrag, remediation
 from tests.scheduler.core.placement.test_defrag import layout, on, where
 from tests.scheduler.core.placement.test_defrag import lease as lease_view
-from tests.scheduler.moves.test_remediation import fail, setup_market
+from tests.scheduler.moves.test_defrag import layout as market_layout
+from tests.scheduler.moves.test_defrag import nodes_of, running_lease
+from tests.scheduler.moves.test_remediation import active_lease, fail, setup_market
 
 WORKLOAD = {"command": ["python3", "train.py"]}
 
@@ -82,3 +85,34 @@ def test_defragmentation_plans_no_move_of_a_workload_lease_onto_a_node_that_runs
 
     assert plan.moves == ()
     assert where(plan, nodes, leases) == {1: {"a1"}, 2: {"b1"}}
+
+
+def test_a_remediated_lease_without_a_slurm_account_skips_the_free_slurm_node_next_to_it(db):
+    client = setup_market()  # two leaves of two 8-GPU nodes
+    first_leaf, first_leafs_slurm, other_leaf, other_leafs_slurm = Node.objects.order_by(
+        "host__leaf", "hostname")
+    Node.objects.filter(pk__in=[first_leafs_slurm.pk, other_leafs_slurm.pk]).update(
+        runtime="slurm")
+    lease = active_lease(client, gpus=8, topology={"preferred": "leaf"})
+    gpu = Allocation.objects.filter(lease=lease).first().gpu
+
+    fail(gpu)
+
+    assert remediation.remediate_leases() == {lease.pk: "moved"}
+    # the free node in its own leaf is a Slurm node: the replacement comes from the other leaf
+    assert hosts_now(lease) == {first_leaf.hostname, other_leaf.hostname}
+
+
+def test_defragmentation_moves_a_lease_onto_a_slurm_node_only_when_it_names_an_account(db):
+    tenant, (a1, a2, b1, _) = market_layout()
+    Node.objects.filter(pk=a2.pk).update(runtime="slurm")
+    running_lease(tenant, a1, tier="on_demand", allow_moves=False)
+    spot = running_lease(tenant, b1)
+
+    assert defrag.defragment().moves_planned == 0  # a2, next to a1, takes no plain lease
+    assert nodes_of(spot) == {b1.pk}
+
+    Lease.objects.filter(pk=spot.pk).update(slurm_account="physics")
+    defrag.defragment()
+
+    assert nodes_of(spot) == {a2.pk}

@@ -67,3 +67,50 @@ def test_admission_says_when_the_nodes_that_can_run_it_are_taken(campus, physics
     assert report.waiting[second.pk] == (
         "within quota, but no room to place it: only 0 of 8 GPUs are on nodes that can run "
         "it; a workload needs nodes whose agent runs commands (runtime process or ssh)")
+
+
+# --- Slurm nodes take only orders that name a Slurm account ----------------------------------
+
+NEEDS_AN_ACCOUNT = ("nodes on a Slurm fabric need a slurm_account on the order (the Slurm "
+                    "account their reservation is made for)")
+
+
+def test_a_pool_order_without_a_slurm_account_in_a_pool_of_slurm_nodes_is_refused_naming_it(
+        campus, physics):
+    Node.objects.update(runtime="slurm")
+
+    with pytest.raises(OrderError) as refused:
+        pool_order(physics, campus, 8)
+
+    assert refused.value.field == "slurm_account"
+    assert refused.value.message == (
+        f"pool campus has 0 H100-80GB GPUs on nodes that can run it; {NEEDS_AN_ACCOUNT}")
+
+
+def test_a_pool_order_naming_a_slurm_account_is_admitted_onto_slurm_nodes_and_carries_it(
+        campus, physics):
+    Node.objects.update(runtime="slurm")
+    placed = pool_order(physics, campus, 16, slurm_account="physics")
+
+    admit(campus)
+
+    placed.refresh_from_db()
+    assert placed.state == "filled"
+    assert placed.slurm_account == placed.lease.slurm_account == "physics"
+
+
+def test_admission_keeps_pool_orders_without_a_slurm_account_off_slurm_nodes(campus, physics):
+    first, second, _, _ = Node.objects.order_by("hostname")
+    Node.objects.filter(pk__in=[first.pk, second.pk]).update(runtime="slurm")
+    first_order = pool_order(physics, campus, 16)
+    second_order = pool_order(physics, campus, 8)
+
+    report = admit(campus)
+
+    assert report.admitted == [first_order.pk]
+    first_order.refresh_from_db()
+    assert not Allocation.objects.filter(lease=first_order.lease,
+                                         gpu__node__runtime="slurm").exists()
+    assert report.waiting[second_order.pk] == (
+        "within quota, but no room to place it: only 0 of 8 GPUs are on nodes that can run "
+        f"it; {NEEDS_AN_ACCOUNT}")
