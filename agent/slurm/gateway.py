@@ -238,6 +238,7 @@ class SlurmGateway:
         self.picture: Picture | None = None
         self.gpu_models: dict[str, str] = {}  # hostname -> IBEX model, for the registered
         self.considered: set[str] = set()  # nodes looked at for registration
+        self.last_down: dict[str, str] = {}  # node -> why it was down when Slurm last knew
         self.topology: SlurmTopology | None = None
         self.wanted: list[Wanted] = []
         self.refused: list[dict] = []
@@ -363,9 +364,14 @@ class SlurmGateway:
             for node in picture.nodes:
                 if node.name not in self.gpu_models:
                     continue
+                if node.states <= {"UNKNOWN"}:
+                    # a controller just restarted knows no node yet: say what it said before
+                    down = self.last_down.get(node.name, "")
+                else:
+                    down = self.last_down[node.name] = _down_reason(node)
                 nodes.append({
                     "hostname": node.name, "gpus": list(range(node.gpu_count)),
-                    "down": _down_reason(node),
+                    "down": down,
                     "busy": _busy(node, jobs_on.get(node.name, {}), picture.reservations,
                                   reserved_for),
                     "serving": sorted(serving.get(node.name, ())),
