@@ -214,8 +214,8 @@ def test_a_replacement_taken_by_another_lease_meanwhile_makes_the_engine_look_ag
     real_find = scheduler.find_gpus
     calls = []
 
-    def stale_then_real(order, start, end):
-        found = real_find(order, start, end)
+    def stale_then_real(order, start, end, **options):
+        found = real_find(order, start, end, **options)
         calls.append(found)
         if len(calls) == 1:  # what a snapshot taken just before the rival committed would say
             taken = Gpu.objects.filter(pk__in=rival_gpus).order_by("index")

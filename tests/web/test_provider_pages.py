@@ -1,3 +1,6 @@
+from django.utils import timezone
+
+from fabric.models import Fabric
 from market.models import GpuPrice
 from market.orders import OrderRequest, place_order
 
@@ -48,3 +51,14 @@ def test_a_scope_matching_nothing_is_refused_next_to_its_field(provider_web, pro
 
 def test_a_tenant_is_not_shown_provider_pages(tenant_web):
     assert tenant_web.get("/provider/").status_code == 403
+
+
+def test_a_fabric_behind_a_slurm_gateway_shows_what_the_gateway_last_said(provider_web, provider):
+    page = provider_web.get("/provider/").content.decode()
+    assert "data-gateway" not in page  # a fabric of node agents has no gateway
+    Fabric.objects.filter(owner=provider).update(
+        gateway="slurm", gateway_status="slurm unreachable: Unable to contact slurm controller",
+        gateway_seen_at=timezone.now())
+    page = provider_web.get("/provider/").content.decode()
+    assert "Slurm gateway: slurm unreachable: Unable to contact slurm controller" in page
+    assert 'class="alert alert-error" data-gateway' in page
