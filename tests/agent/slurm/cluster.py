@@ -1,9 +1,11 @@
-"""A real, small Slurm cluster on this one machine, for tests: munged, slurmctld and four slurmd.
+"""A real Slurm cluster on this one machine: munged, slurmctld and one slurmd per node.
 
-Debian builds Slurm with multiple-slurmd support, so every node is one ``slurmd -N <name>`` on
-its own port, all at 127.0.0.1. Every file (config, state, spool, logs, pids, the munge key and
-socket) lives in one temporary directory, and every daemon is stopped by its own process id, so
-a test run never touches a system Slurm or munge, nor another run's cluster.
+The tests start four nodes in two leaves (`start_cluster()`); `bench/slurm_peer.py` starts
+hundreds, in leaves of its own size, with the same function. Debian builds Slurm with
+multiple-slurmd support, so every node is one ``slurmd -N <name>`` on its own port, all at
+127.0.0.1. Every file (config, state, spool, logs, pids, the munge key and socket) lives in one
+temporary directory, and every daemon is stopped by its own process id, so a run never touches
+a system Slurm or munge, nor another run's cluster.
 
 GPUs are GRES, and Slurm checks that a GRES ``File=`` exists, so the "GPUs" are character
 devices made with ``mknod`` (1:3, the same device as /dev/null) in the temporary directory.
@@ -22,18 +24,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NODES = ["n001", "n002", "n003", "n004"]
+from fabric.core.hostlist import compress_hostlist
+
+
+def node_names(count: int) -> list[str]:
+    """``n001`` ... in order; three digits at least, more when the count needs them."""
+    width = max(3, len(str(count)))
+    return [f"n{i:0{width}d}" for i in range(1, count + 1)]
+
+
+NODES = node_names(4)
+# Two leaf switches under one spine: the smallest tree with a choice of placement in it.
+LEAF_SIZE = 2
 GPUS_PER_NODE = 8
 GPU_TYPE = "h100"
 CPUS_PER_NODE = 4
 MEMORY_MIB = 2048
-# Two leaf switches under one spine: the smallest tree with a choice of placement in it.
-TOPOLOGY = (
-    "SwitchName=leaf1 Nodes=n[001-002]\n"
-    "SwitchName=leaf2 Nodes=n[003-004]\n"
-    "SwitchName=spine Switches=leaf[1-2]\n"
-)
 START_TIMEOUT_S = 30.0
+# On top of START_TIMEOUT_S: every slurmd registering takes a little of two shared cores.
+START_TIMEOUT_PER_NODE_S = 0.25
 STOP_TIMEOUT_S = 10.0
 # Ports the rest of the test set relies on (Django, PostgreSQL, Redis) are never handed out.
 _RESERVED_PORTS = {8000, 5432, 6379}
@@ -77,14 +86,36 @@ def _port_list(ports: list[int]) -> str:
     return "[" + ",".join(str(p) for p in ports) + "]"
 
 
+def leaves_of(nodes: list[str], leaf_size: int) -> dict[str, list[str]]:
+    """Leaf switch name -> its nodes: ``leaf1`` holds the first `leaf_size` nodes, and so on."""
+    return {f"leaf{i // leaf_size + 1}": nodes[i:i + leaf_size]
+            for i in range(0, len(nodes), leaf_size)}
+
+
+def tree_topology(nodes: list[str], leaf_size: int) -> str:
+    """topology.conf for topology/tree: leaves of `leaf_size` nodes, all under one ``spine``."""
+    leaves = leaves_of(nodes, leaf_size)
+    lines = [f"SwitchName={leaf} Nodes={compress_hostlist(members)}"
+             for leaf, members in leaves.items()]
+    lines.append(f"SwitchName=spine Switches={compress_hostlist(leaves)}")
+    return "\n".join(lines) + "\n"
+
+
 class ClusterError(RuntimeError):
     pass
 
 
 @dataclass
 class SlurmCluster:
+    """One cluster in `root`. `leaf_size` nodes per leaf switch; `cpus_per_node` bounds how
+    many jobs share a node (each takes a core at least); `extra_config` lines are added to
+    slurm.conf before the nodes."""
+
     root: Path
     nodes: list[str] = field(default_factory=lambda: list(NODES))
+    leaf_size: int = LEAF_SIZE
+    cpus_per_node: int = CPUS_PER_NODE
+    extra_config: str = ""
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
@@ -133,7 +164,7 @@ class SlurmCluster:
             os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
 
         ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
-        names = f"n[{self.nodes[0][1:]}-{self.nodes[-1][1:]}]"
+        names = compress_hostlist(self.nodes)
         self.conf.write_text(f"""\
 ClusterName=ibextest
 SlurmctldHost=localhost(127.0.0.1)
@@ -168,14 +199,15 @@ TopologyPlugin=topology/tree
 GresTypes=gpu
 SlurmctldTimeout=30
 SlurmdTimeout=30
+{self.extra_config}
 NodeName={names} NodeHostname=localhost NodeAddr=127.0.0.1 Port={_port_list(node_ports)} \
-CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MIB} Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} State=UNKNOWN
+CPUs={self.cpus_per_node} RealMemory={MEMORY_MIB} Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} State=UNKNOWN
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
         (root / "etc" / "gres.conf").write_text(
             f"NodeName={names} Name=gpu Type={GPU_TYPE} "
             f"File={root}/dev/nvidia[0-{GPUS_PER_NODE - 1}]\n")
-        (root / "etc" / "topology.conf").write_text(TOPOLOGY)
+        (root / "etc" / "topology.conf").write_text(tree_topology(self.nodes, self.leaf_size))
 
     # -- processes --------------------------------------------------------------------------
 
@@ -197,7 +229,9 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.1)
         raise ClusterError(f"timed out waiting for {what}\n{self.logs()}")
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+    def start(self, timeout: float | None = None) -> None:
+        if timeout is None:
+            timeout = START_TIMEOUT_S + START_TIMEOUT_PER_NODE_S * len(self.nodes)
         deadline = time.monotonic() + timeout
         self._write_files()
         sock = self.root / "munge" / "munge.sock"
@@ -319,9 +353,12 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return "\n".join(parts)
 
 
-def start_cluster(base: Path | None = None) -> SlurmCluster:
+def start_cluster(base: Path | None = None, nodes: int = len(NODES), leaf_size: int = LEAF_SIZE,
+                  cpus_per_node: int = CPUS_PER_NODE, extra_config: str = "") -> SlurmCluster:
+    """Start a cluster in a new temporary directory under `base`; stopped again if it fails."""
     root = Path(tempfile.mkdtemp(prefix="ibex-slurm-", dir=base))
-    cluster = SlurmCluster(root=root)
+    cluster = SlurmCluster(root=root, nodes=node_names(nodes), leaf_size=leaf_size,
+                           cpus_per_node=cpus_per_node, extra_config=extra_config)
     try:
         cluster.start()
     except BaseException:
