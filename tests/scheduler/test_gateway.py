@@ -1,12 +1,19 @@
 """`POST /api/v1/gateway/heartbeat/`: a Slurm gateway's one report of all its fabric's nodes,
 and the reservations it is answered with (the gateway itself: tests/agent/slurm)."""
 
-import pytest
+from datetime import timedelta
 
+import pytest
+from django.utils import timezone
+
+from billing import services as money
 from fabric.models import Fabric
-from market.models import Lease
-from pool.models import Gpu, HealthEvent, Node
-from scheduler.gateway import reservations_of
+from ibex.outbox.models import OutboxMessage
+from market import prices
+from market.models import Allocation, Lease
+from pool.models import Binding, Gpu, HealthEvent, Node
+from scheduler import placing
+from scheduler.gateway import avoided_nodes, reservation_refused, reservations_of
 from tests.factories import client_for, make_org
 from tests.market.inventory import provider_with_nodes
 
@@ -98,6 +105,81 @@ def test_only_the_fabrics_owner_reports_it(provider):
     assert client_for(tenant).post(URL, report(), format="json").status_code == 403
 
 
+def placed_lease(provider, gpus=16, account="physics") -> Lease:
+    """A lease for `account` bound to its nodes (placing, not yet acknowledged)."""
+    Node.objects.update(state="active")
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="t")
+    tenant = make_org("physics-lab", "tenant")
+    money.grant_credit(organization=tenant, amount_micros=100_000_000, reason="t", actor="t")
+    body = client_for(tenant).post("/api/v1/orders/", {
+        "gpu_models": ["H100-80GB"], "gpus": gpus, "hours": 1, "tier": "on_demand",
+        "max_price_per_gpu_hour": "2.00", "slurm_account": account}, format="json").json()
+    return placing.place_lease(lease_id=body["lease"])
+
+
+def test_a_bound_lease_is_one_reservation_on_its_nodes_for_its_account_until_it_ends(provider):
+    lease = placed_lease(provider)
+    fabric = Fabric.objects.get(name="lab")
+    (wanted,) = reservations_of(fabric, timezone.now())
+    hosts = set(Binding.objects.filter(lease_ref=lease.reference).values_list(
+        "node__hostname", flat=True))
+    assert wanted == {"name": f"ibex-lease-{lease.pk}", "lease": lease.reference,
+                      "account": "physics", "ends_at": lease.ends_at.isoformat(),
+                      "nodes": {host: list(range(8)) for host in sorted(hosts)}}
+
+
+def test_a_preempted_leases_reservation_ends_with_its_notice(provider):
+    lease = placed_lease(provider)
+    notice_end = timezone.now() + timedelta(minutes=2)
+    Binding.objects.filter(lease_ref=lease.reference).update(notice_until=notice_end)
+    (wanted,) = reservations_of(Fabric.objects.get(name="lab"), timezone.now())
+    assert wanted["ends_at"] == notice_end.isoformat()
+
+
+def test_a_refused_reservation_places_the_lease_again_off_those_nodes(provider):
+    lease = placed_lease(provider, gpus=8)
+    node_id = Binding.objects.get(lease_ref=lease.reference).node_id
+    done = reservation_refused(fabric=Fabric.objects.get(name="lab"), lease_ref=lease.reference,
+                               message="Requested reservation overlaps with another reservation")
+    lease.refresh_from_db()
+    assert done == "placed again" and lease.state == "pending"
+    assert not Allocation.objects.filter(lease=lease).exists()
+    assert not Binding.objects.filter(lease_ref=lease.reference, serve=True).exists()
+    assert avoided_nodes(lease.pk) == {node_id}
+    assert lease.events.last().reason == ("Slurm refused its reservation: Requested reservation "
+                                          "overlaps with another reservation: placed again")
+    assert OutboxMessage.objects.filter(task="scheduler.place_lease", args=[lease.pk]).exists()
+    lease = placing.place_lease(lease_id=lease.pk)
+    assert lease.state == "placing"
+    assert Binding.objects.get(lease_ref=lease.reference, serve=True).node_id != node_id
+
+
+def test_a_lease_slurm_keeps_refusing_fails_with_slurms_message(provider, settings):
+    settings.PLACEMENT_ATTEMPTS = 1
+    lease = placed_lease(provider, gpus=8)
+    fabric = Fabric.objects.get(name="lab")
+    assert reservation_refused(fabric=fabric, lease_ref=lease.reference,
+                               message="Invalid account") == "placed again"
+    lease = placing.place_lease(lease_id=lease.pk)
+    assert reservation_refused(fabric=fabric, lease_ref=lease.reference,
+                               message="Invalid account") == "failed"
+    lease.refresh_from_db()
+    assert lease.state == "failed"
+    assert lease.events.last().reason == "Slurm refused its reservation: Invalid account"
+
+
+def test_an_active_leases_refused_update_is_recorded_once_and_changes_nothing(provider):
+    lease = placed_lease(provider, gpus=8)
+    Lease.objects.filter(pk=lease.pk).update(state="active")
+    fabric = Fabric.objects.get(name="lab")
+    for _ in range(3):
+        assert reservation_refused(fabric=fabric, lease_ref=lease.reference,
+                                   message="Requested nodes are busy") == "recorded"
+    assert lease.events.filter(kind="reservation_refused").count() == 1
+    assert Allocation.objects.filter(lease=lease).count() == 8
+
+
 def test_no_binding_means_no_reservation(provider):
-    assert reservations_of(Fabric.objects.get(name="lab"), now=None) == []
+    assert reservations_of(Fabric.objects.get(name="lab"), timezone.now()) == []
     assert not Lease.objects.exists()
