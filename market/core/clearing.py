@@ -775,6 +775,13 @@ def _lowest_cap(stock: Stock, order: Bid, caps: Sequence[int]) -> dict[str, int]
 
 def _on_demand_refusal(stock: Stock, order: Bid, caps: Sequence[int]) -> str:
     limit = dollars(order.limit_micros)
+    within = [cap for cap in caps if cap <= order.limit_micros]
+    if within:
+        # GPUs within the limit that the bid may not use (a Slurm node, a node running no
+        # commands) are the cause, not the price: say so
+        stock.set_cap(within[-1])
+        if (runtime := stock.runtime_refusal(order)) is not None:
+            return runtime
     dearer = [cap for cap in caps if cap > order.limit_micros]
     if dearer:
         stock.set_cap(dearer[-1])

@@ -7,7 +7,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from billing.models import Hold
-from market import auctions
+from market import auctions, prices
 from market.models import Allocation, Lease, Order
 from pool.models import Node
 from tests.market.test_auctions import bid, funded_tenant, market_with_32_gpus_at
@@ -151,3 +151,20 @@ def test_an_auction_bid_without_a_slurm_account_does_not_win_slurm_gpus(provider
     named.refresh_from_db()
     assert hosts_of(named.lease_id) == {first.hostname, second.hostname}
     assert named.lease.slurm_account == "physics"
+
+
+def test_a_plain_order_whose_price_only_slurm_nodes_meet_is_refused_for_the_account(
+        provider, tenant_client):
+    first, second, _, _ = nodes_by_name()
+    on_slurm(first, second)
+    for node in (first, second):  # the Slurm nodes are the cheap ones
+        prices.set_prices(provider=provider, scope={"node": node.hostname},
+                          price_micros=1_000_000, actor="test")
+
+    body = order(tenant_client, gpus=8, max_price_per_gpu_hour="1.20").json()
+
+    assert body["state"] == "refused"
+    assert body["reason"] == f"only 0 of 8 GPUs are on nodes that can run it; {NEEDS_AN_ACCOUNT}"
+    body = order(tenant_client, gpus=8, max_price_per_gpu_hour="1.20",
+                 slurm_account="physics").json()
+    assert body["state"] == "filled"
