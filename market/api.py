@@ -152,6 +152,8 @@ class LeaseWorkloadSerializer(serializers.Serializer):
 class LeaseAccessSerializer(serializers.Serializer):
     node = serializers.CharField()
     ssh = serializers.CharField(allow_null=True)
+    slurm = serializers.CharField(allow_null=True, help_text=(
+        "on a node of a Slurm cluster: the srun that runs a job in the lease's reservation"))
 
 
 class LeaseLogSerializer(serializers.Serializer):
@@ -199,9 +201,9 @@ class LeaseSerializer(serializers.ModelSerializer):
     @extend_schema_field(LeaseAccessSerializer(many=True))
     def get_access(self, lease) -> list[dict]:
         """Per node it runs on, the SSH command that logs in (null where the node offers no
-        SSH or the lease brought no keys)."""
+        SSH or the lease brought no keys), and on a Slurm node the srun for its reservation."""
         return pool_workloads.access_view(self._bindings(lease), lease.reference,
-                                          bool(lease.ssh_keys))
+                                          bool(lease.ssh_keys), lease.slurm_account)
 
     @extend_schema_field(LeaseGpuSerializer(many=True))
     def get_gpus(self, lease) -> list[dict]:

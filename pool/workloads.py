@@ -211,16 +211,22 @@ def workload_view(bindings: list[Binding], work: dict | None) -> dict | None:
     }
 
 
-def access_view(bindings: list[Binding], lease_ref: str, ssh_wanted: bool) -> list[dict]:
+def access_view(bindings: list[Binding], lease_ref: str, ssh_wanted: bool,
+                slurm_account: str = "") -> list[dict]:
     """The lease JSON's `access`: per node it is bound to, a ready SSH line, or None where the
-    node offers no SSH (or the lease brought no keys)."""
+    node offers no SSH (or the lease brought no keys); and on a Slurm node, the `srun` that
+    runs a job in the lease's reservation (None elsewhere)."""
     access = []
     for b in sorted((b for b in bindings if b.serve), key=lambda b: b.node.hostname):
         node = b.node
         offers = ssh_wanted and node.runtime == Node.Runtime.SSH and node.ssh_port
-        access.append({"node": node.hostname, "ssh": core.ssh_line(
-            core.lease_account(lease_ref), node.address or node.hostname, node.ssh_port)
-            if offers else None})
+        on_slurm = slurm_account and node.runtime == Node.Runtime.SLURM
+        access.append({
+            "node": node.hostname,
+            "ssh": core.ssh_line(core.lease_account(lease_ref), node.address or node.hostname,
+                                 node.ssh_port) if offers else None,
+            "slurm": core.srun_line(lease_ref, slurm_account) if on_slurm else None,
+        })
     return access
 
 

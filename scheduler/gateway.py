@@ -30,9 +30,9 @@ from ibex.references import lease_id_of
 from market import leasing
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
+from pool.core.workloads import reservation_name
 from pool.models import Binding, Node
 
-RESERVATION_PREFIX = "ibex-lease-"
 KINDS = ("slurm",)
 # nodes a lease's refused reservation was on: its next placement avoids them (a hint, kept
 # as long as a lease may take to be placed)
@@ -56,10 +56,6 @@ class NodeReport:
 class RefusedReservation:
     lease: str
     message: str
-
-
-def reservation_name(lease_ref: str) -> str:
-    return f"{RESERVATION_PREFIX}{lease_id_of(lease_ref)}"
 
 
 def avoided_nodes(lease_id: int) -> frozenset[int]:

@@ -66,7 +66,10 @@ def _workload_context(lease: Lease) -> dict:
                                         for name, value in sorted(workload["env"].items()))
     access = (pool_workloads.access_view(bindings, lease.reference, True)
               if lease.ssh_keys else [])
-    return {"workload": workload, "access": access, "ssh_wanted": bool(lease.ssh_keys)}
+    slurm = [a for a in pool_workloads.access_view(bindings, lease.reference, False,
+                                                   lease.slurm_account) if a["slurm"]]
+    return {"workload": workload, "access": access, "ssh_wanted": bool(lease.ssh_keys),
+            "slurm": slurm}
 
 
 def _lease_of(request, lease_id: int) -> Lease:

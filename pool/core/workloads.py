@@ -5,6 +5,8 @@ sent, the lease's workload state from its ranks' states, and the SSH line a tena
     launch_for_rank(work, ...) -> dict                     the `launch` of a start action
     workload_state(rank_states) -> str                     waiting | running | exited | failed | stopped
     ssh_line(user, address, port) -> str                   "ssh -p 2222 ibex-l42@10.0.0.5"
+    reservation_name(lease_ref) -> str                     "ibex-lease-42", its Slurm reservation
+    srun_line(lease_ref, account) -> str                   "srun --reservation=ibex-lease-42 -A x"
     runtimes_for(workload, ssh_keys, slurm_account="")     the node runtimes that can run it
         -> frozenset | None                                (None: any node)
     runtimes_field(workload, ssh_keys) -> str              the order field a refusal names
@@ -76,6 +78,15 @@ def workload_state(rank_states: list[str]) -> str:
 
 def ssh_line(user: str, address: str, port: int) -> str:
     return f"ssh -p {port} {user}@{address}"
+
+
+def reservation_name(lease_ref: str) -> str:
+    """The Slurm reservation a Slurm gateway holds for a lease (docs/slurm.md)."""
+    return f"ibex-lease-{lease_id_of(lease_ref)}"
+
+
+def srun_line(lease_ref: str, account: str) -> str:
+    return f"srun --reservation={reservation_name(lease_ref)} -A {account}"
 
 
 def lease_account(lease_ref: str) -> str:

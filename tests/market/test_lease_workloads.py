@@ -79,8 +79,8 @@ def test_the_lease_shows_each_ranks_state_and_the_ssh_line_of_each_node(provider
             for n in shown["workload"]["nodes"]] == [
         (first.hostname, 0, "running", None), (second.hostname, 1, "exited", 0)]
     assert shown["access"] == [
-        {"node": first.hostname, "ssh": f"ssh -p 2222 ibex-l{lease.pk}@10.0.0.1"},
-        {"node": second.hostname, "ssh": f"ssh -p 2222 ibex-l{lease.pk}@10.0.0.2"}]
+        {"node": first.hostname, "ssh": f"ssh -p 2222 ibex-l{lease.pk}@10.0.0.1", "slurm": None},
+        {"node": second.hostname, "ssh": f"ssh -p 2222 ibex-l{lease.pk}@10.0.0.2", "slurm": None}]
 
 
 def test_a_rank_that_could_not_start_says_why(provider, tenant):

@@ -220,3 +220,17 @@ def test_a_workload_not_started_yet_waits_for_its_ranks(tenant_web, tenant, prov
     assert 'id="workload"' in page and "once the lease is on its nodes" in page
     assert 'id="log-waiting"' in page
     assert f'hx-get="/app/leases/{lease.pk}/log/?node_rank=0" hx-trigger="every 2s"' in page
+
+
+def test_a_lease_on_a_slurm_cluster_shows_the_srun_for_its_reservation(tenant_web, tenant,
+                                                                       provider):
+    lease = _lease(tenant_web, tenant)
+    Lease.objects.filter(pk=lease.pk).update(slurm_account="physics")
+    bindings = _run(lease, work=None, keys=())
+    Node.objects.filter(pk__in=[b.node_id for b in bindings]).update(runtime="slurm")
+
+    page = tenant_web.get(f"/app/leases/{lease.pk}/").content.decode()
+
+    assert f"srun --reservation=ibex-lease-{lease.pk} -A physics" in page
+    hosts = sorted(b.node.hostname for b in bindings)
+    assert f"run on {hosts[0]}, {hosts[1]} and nowhere else" in page

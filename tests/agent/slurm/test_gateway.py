@@ -159,6 +159,9 @@ def test_a_16_gpu_leaf_lease_is_a_reservation_on_two_nodes_of_one_leaf_and_jobs_
     assert nodes in LEAVES
     fields = campus.reservations()[f"ibex-lease-{lease_id}"]
     assert fields["Accounts"] == "physics"
+    access = campus.lease(lease_id)["access"]
+    assert {a["node"] for a in access} == nodes
+    assert {a["slurm"] for a in access} == {f"srun --reservation=ibex-lease-{lease_id} -A physics"}
     job = campus.srun(f"--reservation=ibex-lease-{lease_id}", "-A", "physics", "-N", "2",
                       "--gres=gpu:8", "printenv", "SLURMD_NODENAME")
     assert job.returncode == 0, job.stderr
