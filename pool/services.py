@@ -374,6 +374,26 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
                             now=now)
 
 
+def record_quiet_heartbeats(*, gpus_by_node: dict[int, list[int]], now: datetime) -> set[int]:
+    """Heartbeats that change nothing, for many nodes at once (a gateway's report of a whole
+    cluster): nodes that are healthy, reachable, in service, with every GPU ok, the GPUs
+    reported exactly the registered ones, and no lease bound, get their time in one UPDATE.
+    The ids written; the caller takes the others one by one (`record_heartbeat`)."""
+    candidates = (
+        Node.objects.annotate(registered=Subquery(_registered_indexes))
+        .filter(pk__in=list(gpus_by_node), health=Node.Health.REACHABLE,
+                healthy_since__isnull=False, state__in=(S.ACTIVE, S.DRAINING, S.OFFLINE))
+        .exclude(Exists(Gpu.objects.filter(node=OuterRef("pk")).exclude(health=Gpu.Health.OK)))
+        .exclude(Exists(Binding.objects.filter(node=OuterRef("pk"), stopped_at__isnull=True)))
+        .values_list("pk", "registered"))
+    quiet = [pk for pk, registered in candidates if registered == sorted(gpus_by_node[pk])]
+    # (a node changed since it was read is left out by the same conditions, and is taken
+    # by the next report)
+    Node.objects.filter(pk__in=quiet, health=Node.Health.REACHABLE,
+                        healthy_since__isnull=False).update(last_heartbeat_at=now)
+    return set(quiet)
+
+
 def heartbeat_answer(*, node: Node, serving: list[str], workloads_reported: list[dict] = (),
                      now: datetime | None = None) -> HeartbeatAnswer:
     """What the node must do now for the leases bound to it (and what it reports of them)."""

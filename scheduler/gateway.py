@@ -81,9 +81,12 @@ def record_gateway_heartbeat(*, provider, fabric_name: str, kind: str, status: s
     Node.objects.filter(pk__in=[n.pk for n in known.values()]).exclude(
         runtime=Node.Runtime.SLURM).update(runtime=Node.Runtime.SLURM)
     interval = settings.NODE_HEARTBEAT_INTERVAL_S
+    quiet = pool.record_quiet_heartbeats(now=now, gpus_by_node={
+        known[r.hostname].pk: r.gpus for r in nodes
+        if r.hostname in known and not (r.down or r.busy or r.serving)})
     for report in nodes:
         node = known.get(report.hostname)
-        if node is None:
+        if node is None or node.pk in quiet:
             continue
         answer = pool.record_heartbeat(
             node=node, gpus=[_gpu_report(report, index) for index in report.gpus], ib_ports=[],

@@ -54,6 +54,24 @@ def test_a_node_slurm_has_drained_has_every_gpu_failed_with_slurms_reason(provid
     assert event.detail == "Slurm: DRAIN+IDLE: fan failure"
 
 
+def test_a_node_resumed_in_slurm_is_healthy_again(provider):
+    nodes = report()["nodes"]
+    nodes[1]["down"] = "DOWN: not responding"
+    client = client_for(provider)
+    assert client.post(URL, report(nodes=nodes), format="json").status_code == 200
+    assert client.post(URL, report(), format="json").status_code == 200
+    assert set(Gpu.objects.values_list("health", flat=True)) == {"ok"}
+
+
+def test_a_quiet_report_costs_the_same_few_queries_however_many_nodes(
+        provider, django_assert_max_num_queries):
+    client = client_for(provider)
+    assert client.post(URL, report(), format="json").status_code == 200
+    with django_assert_max_num_queries(12):  # auth, fabric, nodes, one UPDATE, bindings...
+        assert client.post(URL, report(), format="json").status_code == 200
+    assert Node.objects.filter(health="reachable", healthy_since__isnull=False).count() == 4
+
+
 def test_gpus_running_jobs_outside_ibex_are_busy_not_offered_and_free_again_after(provider):
     nodes = report()["nodes"]
     nodes[0]["busy"] = [{"index": 2, "reason": "job 17 of alice"}]
