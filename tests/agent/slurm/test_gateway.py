@@ -13,11 +13,13 @@ from datetime import datetime, timedelta
 
 import pytest
 import requests
+from django.utils import timezone
 
 from billing import services as money
 from fabric.models import Fabric
 from ibex.accounts import services as accounts
-from market import prices
+from market import leasing, prices
+from market.auctions import end_preempted_leases
 from market.models import Lease
 from pool import services as pool
 from pool.models import Gpu, Node
@@ -192,6 +194,21 @@ def test_an_extended_lease_extends_its_reservation(campus):
     wait_for(lambda: abs(slurm_end(campus.reservations()[name]) - ends_at
                          - timedelta(hours=2)) < timedelta(seconds=1),
              "the reservation to end two hours later", campus.gateway_log)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_preempted_leases_reservation_ends_with_its_notice_and_goes_when_it_ends(campus):
+    lease_id = campus.order(8)["lease"]
+    campus.active(lease_id)
+    name = f"ibex-lease-{lease_id}"
+    wait_for(lambda: campus.reservations().get(name), "the reservation")
+    lease = leasing.give_notice(lease=Lease.objects.get(pk=lease_id), reason="outbid",
+                                now=timezone.now(), actor="test")
+    wait_for(lambda: abs(slurm_end(campus.reservations()[name]) - lease.preempt_at)
+             < timedelta(seconds=1), "the reservation to end with the notice", campus.gateway_log)
+    assert end_preempted_leases(now=lease.preempt_at) == [lease_id]
+    wait_for(lambda: name not in campus.reservations(), "the reservation to be deleted",
+             campus.gateway_log)
 
 
 @pytest.mark.django_db(transaction=True)
