@@ -39,6 +39,21 @@ def leaves_spanned(cluster: Cluster, nodes: Sequence[str]) -> int:
     return len({cluster.snapshot.domain_of(name, "leaf") for name in nodes})
 
 
+def fewest_leaves(cluster: Cluster, job: Job) -> int:
+    """The fewest leaves of the empty cluster whose GPUs of the job's models hold it."""
+    per_leaf: dict[str, int] = {}
+    for node in cluster.nodes:
+        if job.gpu_models is None or node.gpu_model in job.gpu_models:
+            per_leaf[node.leaf] = per_leaf.get(node.leaf, 0) + node.gpus
+    held = count = 0
+    for gpus in sorted(per_leaf.values(), reverse=True):
+        if held >= job.gpus:
+            break
+        held += gpus
+        count += 1
+    return count
+
+
 class SmallestDomain:
     """The lowest level at which one domain of the empty cluster has enough GPUs of the
     job's models: the best any placement could do (memoised per GPU count and models)."""
@@ -70,10 +85,13 @@ class SmallestDomain:
 def locality(cluster: Cluster, placed: Sequence[tuple[Job, Sequence[str]]]) -> dict:
     """`minimal_domain_share`: of the jobs with two or more whole GPUs, the share placed inside
     a domain of the smallest level that could have held them on the empty cluster.
-    `mean_leaves_multi_node`: leaves spanned, on average, by the jobs placed on several nodes."""
+    `mean_leaves_multi_node`: leaves spanned, on average, by the jobs placed on several nodes;
+    `mean_excess_leaves_multi_node`: how many more than the fewest the empty cluster allows."""
     smallest = SmallestDomain(cluster)
     multi_gpu = minimal = 0
     leaves: list[int] = []
+    excess: list[int] = []
+    fewest: dict[tuple, int] = {}
     for job, nodes in placed:
         if job.gpus < 2 or job.is_shared:
             continue
@@ -83,9 +101,14 @@ def locality(cluster: Cluster, placed: Sequence[tuple[Job, Sequence[str]]]) -> d
             minimal += 1
         if len(set(nodes)) > 1:
             leaves.append(leaves_spanned(cluster, nodes))
+            key = (job.gpus, job.gpu_models)
+            if key not in fewest:
+                fewest[key] = fewest_leaves(cluster, job)
+            excess.append(leaves[-1] - fewest[key])
     return {
         "minimal_domain_share": minimal / multi_gpu if multi_gpu else None,
         "mean_leaves_multi_node": mean(leaves),
+        "mean_excess_leaves_multi_node": mean(excess),
         "multi_gpu_jobs": multi_gpu,
         "multi_node_jobs": len(leaves),
     }

@@ -26,14 +26,22 @@ Conventions worth knowing:
 - `levels` run from the widest to the node level; a node's `labels` name its domain at every
   level but the last. Ties between domains are broken by path (names from the top, as
   strings), never by input order.
-- Profiles: `best_fit` (default; the narrowest allowed scope, the tightest fit, filled level
-  by level: rules 1-5 in `gang.py`), `least_free` (same scope, then packs the nodes with the
-  least free GPUs inside it, ignoring intermediate levels), `spread`
+- Profiles: `best_fit` (default; the narrowest allowed scope, from the node level up when
+  the request names no level, chosen and filled compactly: rules 1-5 in `gang.py`),
+  `least_free` (same scope as the plain tightest fit, then packs the nodes with the least
+  free GPUs inside it, ignoring intermediate levels), `spread`
   (one group of `slice.size` GPUs, default 1, per distinct domain of `slice.level`, default
   the node level; tightest domains first).
+- Compact (`best_fit`): a *whole* domain has all its GPUs free, a *broken* one has not.
+  Above the leaf level (the level just above the nodes) the scope is the domain that holds
+  the request on the fewest leaves, then breaking the fewest whole leaves, then the tightest,
+  and it is filled on such leaves (the roomiest whole, the rest to the tightest leaf that
+  holds it); at the leaf level a broken leaf comes before a whole one, then the tightest;
+  a request one node holds descends into broken, then tightest, domains to the tightest
+  node, so whole leaves stay whole (HiveD's buddy cells).
 - Slices: capacity counts whole slices; among equally many slices the domain with fewer free
-  GPUs is the tighter fit. Unconstrained sliced requests are filled from the top by rule 4
-  (most free slices first, the remainder to the tightest fit).
+  GPUs is the tighter fit. Slices above the leaf level are filled from the scope down by
+  rule 4 (most free slices first, the remainder to the tightest fit).
 - `max_hops`: 2 per level climbed from the nodes to their lowest common domain: 0 same
   node, 2 same leaf, 4 same spine group, 6 across the top of a 3-level tree.
 - A refusal reads `only X of N GPUs fit[ within one L]` (or `slices`), followed by

@@ -8,7 +8,7 @@ depends on input order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from fabric.core.locality import max_hops
 from market.core.whatif import InvalidInput
@@ -43,6 +43,14 @@ class CapacityView:
         if self.models is None:
             return sum(domain.free.values())
         return sum(domain.free.get(model, 0) for model in self.models)
+
+    def whole(self, domain: Domain) -> bool:
+        """No GPU of the domain (of the request's models) is taken: a wholly free cell."""
+        if self.models is None:
+            total = sum(domain.total.values())
+            return total > 0 and sum(domain.free.values()) == total
+        total = sum(domain.total.get(model, 0) for model in self.models)
+        return total > 0 and self.gpus(domain) == total
 
     def node_hist(self, domain: Domain) -> list[int]:
         """Count of usable nodes under `domain` by free GPUs."""
@@ -95,8 +103,10 @@ def smallest_gap_first(gpus: Capacity) -> ScoreKey:
 def best_fit_node(view: CapacityView, scope: Domain, need_gpus: int) -> Domain | None:
     """The node under `scope` with the fewest free GPUs that still holds `need_gpus`.
 
-    Reads the free-GPU histograms top-down instead of visiting nodes; among equally tight
-    nodes the first by path wins because children are kept in path order.
+    Reads the free-GPU histograms top-down instead of visiting nodes. Among equally tight
+    nodes it descends into broken domains before whole ones, then the tightest (fewest free
+    GPUs), then the first by path: small jobs pack into already-broken leaves and spines, so
+    whole ones stay whole for jobs that need them (HiveD's buddy cells).
     """
     hist = view.node_hist(scope)
     free = next((v for v in range(need_gpus, len(hist)) if hist[v]), None)
@@ -104,8 +114,14 @@ def best_fit_node(view: CapacityView, scope: Domain, need_gpus: int) -> Domain |
         return None
     domain = scope
     while domain.children:
-        domain = next(c for c in domain.children if _has_node_with(view, c, free))
+        holding = [c for c in domain.children if _has_node_with(view, c, free)]
+        domain = holding[0] if len(holding) == 1 else min(holding, key=broken_tightest(view))
     return domain
+
+
+def broken_tightest(view: CapacityView) -> ScoreKey:
+    """A broken domain before a whole one, then the fewest free GPUs, then the path."""
+    return lambda domain: (view.whole(domain), view.gpus(domain), domain.path)
 
 
 def _has_node_with(view: CapacityView, domain: Domain, free: int) -> bool:
@@ -130,22 +146,111 @@ def domains_under(index: CapacityTree, scope: Domain, depth: int) -> Iterator[Do
 
 
 def choose_scope(
-    view: CapacityView, depth: int, need: int, units: Capacity | None = None
+    view: CapacityView, depth: int, need: int, units: Capacity | None = None,
+    compact: bool = False,
 ) -> tuple[Domain | None, int]:
     """Rule 1: the best-fit domain at `depth` that holds `need` units, and the most any held.
 
-    `units` defaults to the view's (GPUs or slices); the spread profile counts domains."""
+    `units` defaults to the view's (GPUs or slices); the spread profile counts domains.
+    `compact` (best_fit): above the leaf level, the domain whose leaves hold it in the fewest
+    leaves, then breaking the fewest whole leaves, then the tightest; at the leaf level, a
+    broken leaf before a whole one, then the tightest."""
     index = view.index
     if units is None and depth == index.node_depth:
         k = view.slice_size
         most = most_free_on_one_node(view, index.root) // k
         return best_fit_node(view, index.root, need * k), most
+    compact = compact and units is None and leaf_compact(view)
     units = units or view.units
     domains = index.by_depth[depth]
     most = max((units(domain) for domain in domains), default=0)
     fitting = [domain for domain in domains if units(domain) >= need]
-    best = min(fitting, key=tightest_fit(units, view.gpus)) if fitting else None
-    return best, most
+    if not fitting:
+        return None, most
+    if not compact:
+        return min(fitting, key=tightest_fit(units, view.gpus)), most
+    if depth == leaf_depth(index):
+        return min(fitting, key=lambda d: (view.whole(d), units(d), view.gpus(d), d.path)), most
+    if len(fitting) == 1:
+        return fitting[0], most
+    plans = {id(d): plan_leaves(view, d, need) for d in fitting}
+    return min(fitting, key=lambda d: (plans[id(d)][0], plans[id(d)][1], units(d),
+                                       view.gpus(d), d.path)), most
+
+
+# --- compact multi-node placement: the fewest leaves, the most whole leaves left -----------
+
+
+def leaf_depth(index: CapacityTree) -> int:
+    """The level just above the nodes (0, the root, when the tree names no switch level)."""
+    return index.node_depth - 1
+
+
+def leaf_compact(view: CapacityView) -> bool:
+    """Whether leaves can be counted for this request: a switch level exists and whole
+    slices are counted at or below the leaf level."""
+    depth = leaf_depth(view.index)
+    return depth >= 1 and view.slice_depth >= depth
+
+
+def plan_leaves(view: CapacityView, scope: Domain, need: int) -> tuple[int, int, list, list]:
+    """The fewest leaves under `scope` that hold `need` units and the fewest whole leaves such
+    a set must break, with the broken and the whole leaves, each roomiest first; the counts
+    are larger than any real one when the scope does not hold it."""
+    leaves = [d for d in domains_under(view.index, scope, leaf_depth(view.index))
+              if view.units(d) > 0]
+    order = roomiest_first(view.units, view.gpus)
+    broken = sorted((d for d in leaves if not view.whole(d)), key=order)
+    whole = sorted((d for d in leaves if view.whole(d)), key=order)
+    fewest = held = 0
+    for units in sorted((view.units(d) for d in leaves), reverse=True):
+        if held >= need:
+            break
+        held += units
+        fewest += 1
+    if held < need:
+        return len(leaves) + 1, len(leaves) + 1, broken, whole
+    broken_sums = _prefix_sums(view.units(d) for d in broken)
+    whole_sums = _prefix_sums(view.units(d) for d in whole)
+    for breaks in range(fewest + 1):
+        rest = fewest - breaks
+        if (breaks < len(whole_sums) and rest < len(broken_sums)
+                and whole_sums[breaks] + broken_sums[rest] >= need):
+            return fewest, breaks, broken, whole
+    raise AssertionError("the fewest leaves were counted from these leaves")
+
+
+def _prefix_sums(values: Iterable[int]) -> list[int]:
+    out = [0]
+    for value in values:
+        out.append(out[-1] + value)
+    return out
+
+
+def fill_fewest_leaves(view: CapacityView, scope: Domain, need: int, out: Assignment) -> None:
+    """Split `need` units over the fewest leaves of `scope`, breaking the fewest whole leaves:
+    the roomiest of the chosen leaves are taken whole until the rest fits in one leaf, which
+    is the tightest that holds it among the broken leaves left (and the whole ones, while the
+    count of whole leaves to break allows)."""
+    fewest, breaks, broken, whole = plan_leaves(view, scope, need)
+    chosen = sorted(whole[:breaks] + broken[:fewest - breaks],
+                    key=roomiest_first(view.units, view.gpus))
+    used: set[int] = set()
+    remaining = need
+    while remaining:
+        pool = [d for d in broken if id(d) not in used]
+        if breaks:
+            pool += [d for d in whole if id(d) not in used]
+        fitting = [d for d in pool if view.units(d) >= remaining]
+        if fitting:
+            leaf = min(fitting, key=tightest_fit(view.units, view.gpus))
+            fill_units(view, leaf, remaining, out)
+            return
+        leaf = chosen.pop(0)
+        used.add(id(leaf))
+        breaks -= view.whole(leaf)
+        fill_units(view, leaf, view.units(leaf), out)
+        remaining -= view.units(leaf)
 
 
 # --- filling a chosen domain (rule 4) ---------------------------------------------------
@@ -258,17 +363,19 @@ def scope_depths(index: CapacityTree, request: Request) -> tuple[list[int], int 
 
 
 def find_scope(
-    view: CapacityView, request: Request, need: int, what: str, units: Capacity | None = None
+    view: CapacityView, request: Request, need: int, what: str, units: Capacity | None = None,
+    compact: bool = False,
 ) -> Domain:
     """Rules 1 and 2: the narrowest level with a domain that holds it, best fit at that level;
-    the whole topology when the request names no level."""
+    the whole topology when the request names no level (with `compact`, the narrowest level
+    from the node up, as `preferred: node`)."""
     index = view.index
     depths, required = scope_depths(index, request)
     if not depths:
-        depths = [0]
+        depths = list(range(index.node_depth, -1, -1)) if compact else [0]
     most = 0
     for depth in depths:
-        scope, most = choose_scope(view, depth, need, units)
+        scope, most = choose_scope(view, depth, need, units, compact)
         if scope is not None:
             return scope
     within = "" if required is None else f" within one {index.levels[required - 1]}"
@@ -276,20 +383,15 @@ def find_scope(
 
 
 def place_best_fit(view: CapacityView, request: Request) -> Assignment:
-    """Rules 1-5: the narrowest allowed scope, best fit, filled level by level (rule 4); an
-    unconstrained, unsliced request takes the best-fit node or the smallest gaps (rule 3)."""
+    """Rules 1-5: the narrowest allowed scope (from the node up when the request names no
+    level), chosen and filled compactly: above the leaf level the fewest leaves, breaking the
+    fewest whole leaves; within a leaf, level by level (rule 4)."""
     out: Assignment = {}
     need = request.units
-    scope = find_scope(view, request, need, f"{request.unit_name} fit")
-    unconstrained = request.required is None and request.preferred is None
-    if unconstrained and request.slice is None:
-        node = best_fit_node(view, scope, need)
-        if node is not None:
-            out[node.name] = need
-        else:
-            fill_smallest_gaps(view, scope, need, out)
+    scope = find_scope(view, request, need, f"{request.unit_name} fit", compact=True)
+    if scope.depth < leaf_depth(view.index) and leaf_compact(view):
+        fill_fewest_leaves(view, scope, need, out)
     else:
-        # with slices, unconstrained too: more free slices first, then the tighter fit
         fill_units(view, scope, need, out)
     return out
 

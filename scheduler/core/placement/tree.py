@@ -20,7 +20,7 @@ from scheduler.core.placement.model import Node
 class Domain:
     """One switch domain (or the root, or one node); mutable, owned by its index."""
 
-    __slots__ = ("name", "depth", "path", "parent", "children", "free", "hist", "node")
+    __slots__ = ("name", "depth", "path", "parent", "children", "free", "total", "hist", "node")
 
     def __init__(self, name: str, depth: int, path: tuple[str, ...], parent: Domain | None):
         self.name = name
@@ -29,6 +29,7 @@ class Domain:
         self.parent = parent
         self.children: list[Domain] = []
         self.free: Counter[str] = Counter()  # model -> free GPUs on schedulable nodes
+        self.total: Counter[str] = Counter()  # model -> all GPUs of schedulable nodes
         self.hist: dict[str, list[int]] = {}  # model -> count of nodes by free GPUs
         self.node: Node | None = None
 
@@ -80,6 +81,10 @@ class CapacityTree:
         self.node_classes[(node.gpu_model, node.state, node.healthy)] += 1
         if is_schedulable(node):
             self._shift(leaf, node.gpu_model, None, node.free_gpus)
+            domain: Domain | None = leaf
+            while domain is not None:
+                domain.total[node.gpu_model] += node.capacity_gpus
+                domain = domain.parent
 
     def _child(self, parent: Domain, name: str) -> Domain:
         path = parent.path + (name,)

@@ -77,3 +77,28 @@ def test_the_plot_is_a_png(inputs):
     simulate(inputs, "--policy", "best_fit", "--mode", "fill", "--plot", str(inputs / "fill.png"))
     for name in ("replay.png", "fill.png"):
         assert (inputs / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_time_scale_divides_submit_times_and_keeps_run_times(inputs):
+    # two jobs that each take the whole cluster (16 GPUs) for 10 s, 100 s apart
+    (inputs / "jobs.csv").write_text(JOBS.splitlines()[0] + "\na,0,10,16,,,,,t1\nb,100,10,16,,,,,t1\n")
+    plain = simulate(inputs, "--policy", "best_fit", "--mode", "replay", "--locality", "relaxed")
+    faster = simulate(inputs, "--policy", "best_fit", "--mode", "replay", "--locality", "relaxed",
+                      "--time-scale", "20")
+    assert (plain["time_scale"], faster["time_scale"]) == (1.0, 20.0)
+    assert (plain["span_s"], plain["wait_s"]["mean"]) == (110, 0)
+    # b now arrives at 5 s and waits for a to end at 10 s
+    assert (faster["span_s"], faster["wait_s"]["mean"]) == (20, 2.5)
+
+
+def test_time_scale_must_be_above_zero(inputs, capsys):
+    argv = ["--cluster", str(inputs / "cluster.csv"), "--workload", str(inputs / "jobs.csv"),
+            "--out", str(inputs / "r.json"), "--policy", "best_fit", "--mode", "replay",
+            "--time-scale", "0"]
+    assert main(argv) == 2
+    assert "--time-scale must be above 0" in capsys.readouterr().err
+
+
+def test_locality_counts_leaves_beyond_the_fewest_the_empty_cluster_allows(inputs):
+    result = simulate(inputs, "--policy", "best_fit", "--mode", "replay")
+    assert "mean_excess_leaves_multi_node" in result["locality"]

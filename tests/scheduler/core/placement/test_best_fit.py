@@ -60,12 +60,9 @@ def test_required_level_refuses_with_the_most_one_domain_holds(gpus, level, reas
         (Request(8, preferred="leaf"), {"n8": 8}),
         # no leaf holds 18 (max 16): the tightest spine s1; l1 whole, 2 to l2's n4
         (Request(18, preferred="leaf"), {"n1": 8, "n2": 8, "n4": 2}),
-        # no spine holds 30 (max 24): the whole topology; s2 whole, 6 to s1's tightest
-        # leaf that fits (l2)
-        (
-            Request(30, preferred="leaf"),
-            {"n3": 4, "n4": 2, "n5": 8, "n6": 6, "n7": 2, "n8": 8},
-        ),
+        # no spine holds 30 (max 24): the whole topology, on the fewest leaves: two
+        # (l1 16 + l3 16), where filling s2 whole and the rest from s1 took three
+        (Request(30, preferred="leaf"), {"n1": 8, "n2": 8, "n5": 8, "n6": 6}),
         # preferred leaf, required spine: escalates from leaf to spine only
         (Request(18, preferred="leaf", required="spine"), {"n1": 8, "n2": 8, "n4": 2}),
     ],
@@ -95,12 +92,15 @@ def test_preferred_level_refuses_only_when_the_widest_allowed_domain_cannot_hold
         (5, {"n6": 5}),
         # equally tight nodes: the first by path
         (8, {"n1": 8}),
-        # no node holds 11: smallest gaps first (n4 2, n7 2, n3 4), the rest from the next
-        # smallest, n6 (6), so the wholly free nodes stay whole
-        (11, {"n3": 4, "n4": 2, "n6": 3, "n7": 2}),
+        # no node holds 11: as compactly as `preferred: node` would, the tightest leaf that
+        # holds it (l1 16 and l3 16 tie; l1 first by path), its roomiest node whole, the rest
+        # to the tightest node that holds it (once 4 nodes on 2 spines: smallest gaps first)
+        (11, {"n1": 8, "n2": 3}),
+        # no leaf holds 20: the spine that holds it on the fewest leaves (s1: l1 and l2)
+        (20, {"n1": 8, "n2": 8, "n3": 4}),
     ],
 )
-def test_unconstrained_takes_best_fit_node_or_fills_smallest_gaps_first(gpus, expected):
+def test_unconstrained_takes_best_fit_node_or_the_narrowest_domain(gpus, expected):
     assert assignment_of(TOPOLOGY_A, Request(gpus)) == expected
 
 
@@ -126,10 +126,10 @@ def test_inside_a_domain_fewest_leaves_come_before_fewest_nodes():
         (Request(16, required="leaf", slice=Slice(8, "node")), {"n1": 8, "n2": 8}),
         # 8 GPUs in one slice: node n4 is whole; n5 (7) cannot hold a slice
         (Request(8, required="leaf", slice=Slice(8, "node")), {"n4": 8}),
-        # unconstrained: spines tie at 3 slices, s2 is the tighter fit (24 GPUs vs 36)
-        (Request(16, slice=Slice(8, "node")), {"n6": 8, "n7": 8}),
-        # 4 slices: no spine holds 4; the spine with most slices goes whole, the tie at 3
-        # broken by fewer GPUs (s2); then 1 slice from s1's tightest leaf holding one (l2)
+        # unconstrained: the tightest leaf that holds 2 slices (l1, as `required: leaf`)
+        (Request(16, slice=Slice(8, "node")), {"n1": 8, "n2": 8}),
+        # 4 slices: no spine holds 4; the fewest leaves are two: the roomiest (l3, 3 slices)
+        # whole, then 1 slice from the tightest leaf holding one (l2)
         (Request(32, slice=Slice(8, "node")), {"n4": 8, "n6": 8, "n7": 8, "n8": 8}),
     ],
 )
@@ -178,8 +178,8 @@ def test_shuffled_input_gives_the_same_placement():
          {"spine": ("s1",), "leaf": ("l1",), "node": ("n1", "n2")}, 2),
         (Request(20, required="spine"),
          {"spine": ("s1",), "leaf": ("l1", "l2"), "node": ("n1", "n2", "n3")}, 4),
-        (Request(11), {"spine": ("s1", "s2"), "leaf": ("l2", "l3"),
-                       "node": ("n3", "n4", "n6", "n7")}, 6),
+        (Request(30), {"spine": ("s1", "s2"), "leaf": ("l1", "l3"),
+                       "node": ("n1", "n2", "n5", "n6")}, 6),
     ],
 )
 def test_placement_names_domains_used_and_worst_hop_distance(request_, domains, max_hops):
@@ -202,7 +202,8 @@ def test_a_single_level_topology_is_just_nodes():
     nodes = [Node("a", {}, 4), Node("b", {}, 8)]
     assert dict(place_gang(["node"], nodes, Request(6, required="node")).assignment) == {"b": 6}
     placement = place_gang(["node"], nodes, Request(10))
-    assert dict(placement.assignment) == {"a": 4, "b": 6}
+    # the roomiest node whole, the rest to the tightest node that holds it
+    assert dict(placement.assignment) == {"a": 2, "b": 8}
     assert placement.max_hops == 2
 
 

@@ -27,8 +27,9 @@ STATIC = {"gpu model": 1, "node state": 1, "unhealthy": 1}
 @pytest.mark.parametrize(
     "request_, expected, excluded",
     [
-        # usable: d 4, e 8, f 8; no node holds 9, so smallest gaps first
-        (Request(9, gpu_models=[H100]), {"d": 4, "e": 5}, STATIC),
+        # usable: d 4, e 8, f 8, all in l2; no node holds 9: within the leaf the roomiest
+        # node (e) goes whole, the last GPU to the tightest node that holds it (d)
+        (Request(9, gpu_models=[H100]), {"d": 1, "e": 8}, STATIC),
         # several accepted models: a counts again; leaf l2 (20) goes whole, 4 from l1's a
         (Request(24, gpu_models=[H100, A100], required="spine"),
          {"a": 4, "d": 4, "e": 8, "f": 8},

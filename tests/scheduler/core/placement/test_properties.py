@@ -179,15 +179,53 @@ def free_by_domain(nodes, level):
     return totals
 
 
+def whole_by_domain(nodes, depth):
+    """Whether every GPU under each domain is free."""
+    whole: dict[tuple, bool] = {}
+    for node in nodes:
+        domain = path_of(node)[: depth + 1]
+        whole[domain] = whole.get(domain, True) and node.free_gpus == node.capacity_gpus
+    return whole
+
+
+def fewest_leaves_and_breaks(nodes, spine, gpus):
+    """By brute force: the fewest leaves of `spine` that hold `gpus`, and the fewest whole
+    leaves among such sets."""
+    from itertools import combinations
+
+    free = {k: v for k, v in free_by_domain(nodes, "leaf").items() if k[0] == spine and v}
+    whole = whole_by_domain(nodes, 1)
+    for count in range(1, len(free) + 1):
+        sets = [c for c in combinations(free, count) if sum(free[k] for k in c) >= gpus]
+        if sets:
+            return count, min(sum(whole[k] for k in c) for c in sets)
+    raise AssertionError("the spine holds the request")
+
+
 @FEW
 @given(topologies(), st.integers(1, 16), st.sampled_from(LEVELS))
-def test_best_fit_uses_the_tightest_domain_that_holds_the_request(nodes, gpus, level):
+def test_best_fit_uses_the_most_compact_then_tightest_domain_that_holds_the_request(
+    nodes, gpus, level
+):
+    """Nodes: the tightest. Leaves: a broken leaf before a whole one, then the tightest.
+    Spines: the fewest leaves, then the fewest whole leaves broken, then the tightest."""
     placement = place_gang(LEVELS, nodes, Request(gpus, required=level))
     assume(placement.placed)
+    depth = LEVELS.index(level)
     totals = free_by_domain(nodes, level)
+    whole = whole_by_domain(nodes, depth)
     by_name = {n.name: n for n in nodes}
-    chosen = path_of(by_name[next(iter(placement.assignment))])[: LEVELS.index(level) + 1]
-    assert totals[chosen] == min(free for free in totals.values() if free >= gpus)
+    chosen = path_of(by_name[next(iter(placement.assignment))])[: depth + 1]
+    fitting = [d for d, free in totals.items() if free >= gpus]
+
+    def key(domain):
+        if level == "node":
+            return (totals[domain],)
+        if level == "leaf":
+            return (whole[domain], totals[domain])
+        return (*fewest_leaves_and_breaks(nodes, domain[0], gpus), totals[domain])
+
+    assert key(chosen) == min(key(d) for d in fitting)
 
 
 @FEW
