@@ -49,6 +49,14 @@ class PriceChangeSerializer(StrictSerializer):
     offered_from = serializers.DateTimeField(required=False, allow_null=True, default=None)
     offered_until = serializers.DateTimeField(required=False, allow_null=True, default=None)
     min_lease_hours = serializers.IntegerField(min_value=1, max_value=8760, default=1)
+    shareable = serializers.BooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="sell parts of these GPUs too: MIG slices (MIG-capable models) and shares; "
+                  "omitted: as they are")
+    price_per_slice_hour = serializers.DictField(
+        child=DollarsField(), required=False, default=dict,
+        help_text="MIG profile → its price per slice-hour; a profile not named costs the GPU's "
+                  "price times its share of compute slices (e.g. 1g: 1/7)")
 
     def validate_price_per_gpu_hour(self, micros):
         if micros < 0:
@@ -65,15 +73,22 @@ class PriceChangeResultSerializer(serializers.Serializer):
 
 class GpuPriceSerializer(serializers.ModelSerializer):
     price_per_gpu_hour = DollarsField(source="price_micros")
+    price_per_slice_hour = serializers.SerializerMethodField()
     current = serializers.SerializerMethodField()
 
     class Meta:
         model = GpuPrice
-        fields = ["id", "gpu", "price_per_gpu_hour", "offered_from", "offered_until",
-                  "min_lease_hours", "set_by", "set_at", "superseded_at", "current"]
+        fields = ["id", "gpu", "price_per_gpu_hour", "price_per_slice_hour", "offered_from",
+                  "offered_until", "min_lease_hours", "set_by", "set_at", "superseded_at",
+                  "current"]
 
     def get_current(self, price) -> bool:
         return price.superseded_at is None
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_price_per_slice_hour(self, price) -> dict:
+        """The MIG profiles priced per slice-hour by the provider (the others: by compute)."""
+        return {name: to_dollars(micros) for name, micros in sorted(price.slice_prices.items())}
 
 
 class PriceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
@@ -104,7 +119,8 @@ class PriceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         change = prices.set_prices(
             provider=provider, scope=data["scope"], price_micros=data["price_per_gpu_hour"],
             offered_from=data["offered_from"], offered_until=data["offered_until"],
-            min_lease_hours=data["min_lease_hours"], actor=request.user.get_username())
+            min_lease_hours=data["min_lease_hours"], actor=request.user.get_username(),
+            shareable=data["shareable"], slice_prices=data["price_per_slice_hour"])
         return Response({"gpus_priced": change.gpus_priced,
                          "price_per_gpu_hour": to_dollars(change.price_micros)},
                         status=status.HTTP_201_CREATED)
@@ -122,6 +138,16 @@ class LeaseEventSerializer(serializers.ModelSerializer):
 class LeaseGpuSerializer(serializers.Serializer):
     node = serializers.CharField()
     index = serializers.IntegerField()
+    mig_profile = serializers.CharField(required=False, help_text="a MIG slice of this GPU")
+    share = serializers.IntegerField(required=False,
+                                     help_text="a share of this GPU, in thousandths")
+    device = serializers.CharField(required=False, allow_null=True, help_text=(
+        "a part: the device its node's agent made for it (a MIG device UUID), null until "
+        "reported"))
+    enforced = serializers.BooleanField(required=False, allow_null=True, help_text=(
+        "a part: whether the node enforces it (false: the agent's `error` says why); null "
+        "until reported"))
+    error = serializers.CharField(required=False, allow_blank=True)
 
 
 class LocalitySerializer(serializers.Serializer):
@@ -178,7 +204,8 @@ class LeaseSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Lease
-        fields = ["id", "state", "tier", "gpu_model", "gpu_count", "gpus", "locality",
+        fields = ["id", "state", "tier", "gpu_model", "gpu_count", "mig_profile", "gpu_share",
+                  "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
                   "ended_at", "preempt_at", "allow_moves", "created_at", "events", "workload",
                   "access", "slurm_account"]
@@ -208,7 +235,12 @@ class LeaseSerializer(serializers.ModelSerializer):
     @extend_schema_field(LeaseGpuSerializer(many=True))
     def get_gpus(self, lease) -> list[dict]:
         """The GPUs it holds now (earlier placements are in its events)."""
-        return [{"node": a.gpu.node.hostname, "index": a.gpu.index} for a in in_force(lease)]
+        held = in_force(lease)
+        if not lease.mig_profile and lease.gpu_share is None:
+            return [{"node": a.gpu.node.hostname, "index": a.gpu.index} for a in held]
+        return pool_workloads.parts_view(
+            [(a.gpu.node.hostname, a.gpu.index, a.mig_profile, a.span.lower, a.span.upper)
+             for a in held], self._bindings(lease))
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_ended_at(self, lease):
@@ -342,13 +374,48 @@ class WorkloadSerializer(StrictSerializer):
                                     help_text="relative to the lease's home")
 
 
+PRODUCT_FIELDS = ("gpus", "mig_profile", "gpu_share")
+
+
+def _check_product(attrs: dict) -> None:
+    """Exactly one of whole GPUs, MIG slices or shares; a count with parts, none with GPUs;
+    parts on demand or spot only."""
+    named = [name for name in PRODUCT_FIELDS if name in attrs]
+    if len(named) != 1:
+        message = ("Give exactly one of gpus, mig_profile (with count) or gpu_share (with "
+                   "count).")
+        raise serializers.ValidationError({name: [message] for name in (named or PRODUCT_FIELDS)})
+    if named == ["gpus"] and "count" in attrs:
+        raise serializers.ValidationError(
+            {"count": ["count goes with mig_profile or gpu_share; whole GPUs are `gpus`."]})
+    if named != ["gpus"]:
+        if "count" not in attrs:
+            raise serializers.ValidationError(
+                {"count": [f"How many: {named[0]} needs a count."]})
+        if attrs["tier"] not in (Lease.Tier.ON_DEMAND, Lease.Tier.SPOT):
+            raise serializers.ValidationError(
+                {"tier": ["Slices and shares are sold on demand or spot, not reserved."]})
+
+
 class OrderCreateSerializer(StrictSerializer):
     gpu_models = serializers.ListField(child=serializers.CharField(max_length=40), min_length=1,
                                        max_length=10)
-    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000, required=False,
+                                    help_text="whole GPUs; or give mig_profile or gpu_share "
+                                              "with count")
+    mig_profile = serializers.CharField(
+        max_length=20, required=False, help_text="MIG slices of this profile (e.g. 1g.10gb), "
+                                                 "`count` of them, on one node")
+    gpu_share = serializers.IntegerField(
+        min_value=1, max_value=999, required=False,
+        help_text="shares of a GPU in thousandths of its compute, with the same share of its "
+                  "memory; `count` of them, on distinct GPUs of one node")
+    count = serializers.IntegerField(min_value=1, max_value=64, required=False,
+                                     help_text="how many slices or shares")
     hours = serializers.IntegerField(min_value=1, max_value=8760)
     tier = serializers.ChoiceField(choices=Lease.Tier.choices)
-    max_price_per_gpu_hour = DollarsField()
+    max_price_per_gpu_hour = DollarsField(help_text="per GPU-hour; for slices and shares, per "
+                                                    "slice-hour or share-hour")
     topology = TopologySerializer(required=False)
     start_window = StartWindowSerializer(required=False, allow_null=True, default=None)
     fill = serializers.ChoiceField(choices=Order.Fill.choices, default=Order.Fill.FILL_OR_KILL)
@@ -385,6 +452,7 @@ class OrderCreateSerializer(StrictSerializer):
         return micros
 
     def validate(self, attrs):
+        _check_product(attrs)
         if attrs.get("priority_class") and not attrs.get("pool"):
             raise serializers.ValidationError(
                 {"priority_class": ["Priority classes belong to private pools: name the pool."]})
@@ -397,7 +465,9 @@ class OrderCreateSerializer(StrictSerializer):
         data = self.validated_data
         window = data.get("start_window") or {}
         return orders.OrderRequest(
-            gpu_models=data["gpu_models"], gpus=data["gpus"], hours=data["hours"],
+            gpu_models=data["gpu_models"], gpus=data.get("gpus") or data["count"],
+            mig_profile=data.get("mig_profile", ""), gpu_share=data.get("gpu_share"),
+            hours=data["hours"],
             tier=data["tier"], max_price_micros=data["max_price_per_gpu_hour"],
             topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
             start_latest=window.get("latest"), fill=data["fill"],
@@ -419,7 +489,8 @@ class OrderSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Order
-        fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "hours", "tier",
+        fields = ["id", "state", "reason", "lease", "gpu_models", "gpus", "mig_profile",
+                  "gpu_share", "hours", "tier",
                   "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
                   "priority", "priority_class", "queue_position", "allow_moves", "workload", "ssh_keys",
                   "slurm_account", "created_at"]

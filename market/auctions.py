@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -14,8 +15,9 @@ from django.utils import timezone
 
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.outbox import services as outbox
-from market import leasing
+from market import leasing, parts
 from market.core import clearing
+from market.core.parts import gpu_fraction
 from market.models import Clearing, Lease, Order
 from market.order_states import OS, change_order_state, release_order_hold
 from market.orders import (
@@ -66,9 +68,53 @@ def clear_market(*, gpu_model: str, interval: datetime, now: datetime) -> Cleari
     orders = list(Order.objects.select_for_update(skip_locked=True).filter(
         state=OS.RESTING, tier__in=AUCTION_TIERS, gpu_models__contains=[gpu_model]))
     orders = [o for o in orders if not _expired(o, now)]
-    if orders:
-        _clear(record, orders, gpu_model, now)
+    whole = [o for o in orders if not parts.is_parts(o)]
+    if whole:
+        _clear(record, whole, gpu_model, now)
+    part_orders = [o for o in orders if parts.is_parts(o)]
+    if part_orders:
+        _clear_parts(record, part_orders, now)
     return record
+
+
+def _clear_parts(record: Clearing, orders: list[Order], now: datetime) -> None:
+    """Spot slices and shares, after the whole-GPU bids: the highest limit per GPU-hour
+    first, each at the posted price of its parts (never above its limit), where they fit; the
+    others rest until the next clearing, with the reason."""
+    def limit_per_gpu_hour(order: Order) -> tuple:
+        numerator, denominator = gpu_fraction(order.mig_profile, order.gpu_share)
+        return (-Fraction(order.max_price_micros * denominator, numerator), order.created_at,
+                order.pk)
+
+    for order in sorted(orders, key=limit_per_gpu_hour):
+        end = now + timedelta(hours=order.hours)
+        found = parts.find_parts(order, now, end)
+        lease = None
+        if not isinstance(found, str):
+            try:
+                lease = leasing.create_lease(
+                    tenant=order.tenant, tier=order.tier, gpu_model=found.gpu_model,
+                    gpus=found.choices(), starts_at=now, ends_at=end,
+                    price_micros=found.price_micros(order.max_price_micros),
+                    max_price_micros=order.max_price_micros, locality=found.locality(),
+                    actor="market", allow_moves=order.allow_moves, workload=order.workload,
+                    ssh_keys=order.ssh_keys, slurm_account=order.slurm_account,
+                    mig_profile=order.mig_profile, gpu_share=order.gpu_share,
+                    reason=f"order {order.pk} filled at {now:%Y-%m-%d %H:%M} UTC's clearing")
+            except leasing.GpusUnavailable as exc:
+                found = str(exc)
+        if lease is None:
+            Order.objects.filter(pk=order.pk).update(reason=found)
+            record.refused = [*record.refused, {"order": order.pk, "reason": found}]
+            continue
+        outbox.enqueue("scheduler.place_lease", lease.pk)
+        order.lease = lease
+        change_order_state(order, OS.FILLED, actor="market",
+                           reason=f"filled at the posted {lease.price_micros} µ$ per part-hour")
+        record.accepted = [*record.accepted, {"order": order.pk, "lease": lease.pk,
+                                              "gpus": order.gpus, "parts": True,
+                                              "price_micros": lease.price_micros}]
+    record.save(update_fields=["accepted", "refused"])
 
 
 def _expired(order: Order, now: datetime) -> bool:
@@ -170,7 +216,7 @@ def notify_preemptions(*, gpu_model: str, price_micros: int, now: datetime) -> l
                                    state__in=[Lease.State.PENDING, Lease.State.PLACING,
                                               Lease.State.ACTIVE])
     chosen = clearing.spot_leases_to_preempt(
-        [clearing.SpotLease(str(lease.pk), lease.max_price_micros) for lease in running],
+        [clearing.SpotLease(str(lease.pk), _limit_per_gpu_hour(lease)) for lease in running],
         price_micros)
     preempted = []
     for lease_id in chosen:
@@ -181,6 +227,13 @@ def notify_preemptions(*, gpu_model: str, price_micros: int, now: datetime) -> l
         if lease.state == Lease.State.PREEMPTING:
             preempted.append(lease.pk)
     return preempted
+
+
+def _limit_per_gpu_hour(lease: Lease) -> int:
+    """A spot lease's limit per GPU-hour: a part's limit scaled to the whole GPU (a share of
+    250 at $0.50 bids as $2.00 per GPU-hour), so parts and whole GPUs are priced out alike."""
+    numerator, denominator = gpu_fraction(lease.mig_profile, lease.gpu_share)
+    return lease.max_price_micros * denominator // numerator
 
 
 def end_preempted_leases(*, now: datetime | None = None) -> list[int]:

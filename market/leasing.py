@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.postgres.fields import DateTimeRangeField
 from django.db import IntegrityError, OperationalError, transaction
-from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+from django.db.backends.postgresql.psycopg_any import DateTimeTZRange, NumericRange
 from django.db.models import DateTimeField, F, Func, Max, OuterRef, Q, Subquery, Value
 from django.utils import timezone
 from psycopg import errors
@@ -103,9 +103,27 @@ def gpu_names(gpu_ids) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Part:
+    """The part of a GPU an allocation holds (market.core.parts): a MIG slice or a share."""
+
+    kind: str  # Allocation.Part: "mig" or "share"
+    span: tuple[int, int]  # thousandths of the GPU, [lower, upper)
+    mig_profile: str = ""
+
+
+@dataclass(frozen=True)
 class GpuChoice:
     gpu_id: int
     price_micros: int
+    part: Part | None = None  # None: the whole GPU
+
+    def allocation(self, lease: Lease, period: DateTimeTZRange) -> Allocation:
+        allocation = Allocation(lease=lease, gpu_id=self.gpu_id, period=period,
+                                price_micros=self.price_micros)
+        if self.part is not None:
+            allocation.part, allocation.mig_profile = self.part.kind, self.part.mig_profile
+            allocation.span = NumericRange(*self.part.span)
+        return allocation
 
 
 @transaction.atomic
@@ -179,12 +197,14 @@ def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[
                  max_price_micros: int, locality: dict, actor: str,
                  allow_moves: bool = False, reason: str = "created",
                  workload: dict | None = None, ssh_keys: list[str] = (),
-                 slurm_account: str = "") -> Lease:
-    """A pending lease holding `gpus` over [starts_at, ends_at), or GpusUnavailable; `reason`
-    says how it was won, for its history; `workload`, `ssh_keys` and `slurm_account` come from
-    its order."""
+                 slurm_account: str = "", mig_profile: str = "",
+                 gpu_share: int | None = None) -> Lease:
+    """A pending lease holding `gpus` (or parts of them) over [starts_at, ends_at), or
+    GpusUnavailable; `reason` says how it was won, for its history; `workload`, `ssh_keys`,
+    `slurm_account` and the part sold (`mig_profile` or `gpu_share`) come from its order."""
     lease = Lease.objects.create(
         tenant=tenant, tier=tier, gpu_model=gpu_model, gpu_count=len(gpus),
+        mig_profile=mig_profile, gpu_share=gpu_share,
         price_micros=price_micros, max_price_micros=max_price_micros, starts_at=starts_at,
         ends_at=ends_at, locality=locality, allow_moves=allow_moves, workload=workload,
         ssh_keys=list(ssh_keys), slurm_account=slurm_account,
@@ -193,9 +213,7 @@ def create_lease(*, tenant: Organization, tier: str, gpu_model: str, gpus: list[
     period = DateTimeTZRange(starts_at, ends_at)
     with _gpus_must_be_free("another lease holds one of these GPUs at that time"):
         Allocation.objects.bulk_create([
-            Allocation(lease=lease, gpu_id=g.gpu_id, period=period, price_micros=g.price_micros)
-            for g in sorted(gpus, key=lambda g: g.gpu_id)
-        ])
+            g.allocation(lease, period) for g in sorted(gpus, key=lambda g: g.gpu_id)])
     return lease
 
 
@@ -295,12 +313,37 @@ def move_gpus(*, lease: Lease, away_from: list[int], onto: list[GpuChoice], reas
             allocation.save(update_fields=["period"])
     with _gpus_must_be_free("a replacement GPU was taken meanwhile"):
         Allocation.objects.bulk_create([
-            Allocation(lease=locked, gpu_id=g.gpu_id, price_micros=g.price_micros,
-                       period=DateTimeTZRange(now, locked.ends_at)) for g in onto])
+            g.allocation(locked, DateTimeTZRange(now, locked.ends_at)) for g in onto])
     LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
                               reason=f"{reason}: {', '.join(gpu_names(away_from))} → "
                                      f"{', '.join(gpu_names(g.gpu_id for g in onto))}"[:500])
     return locked
+
+
+def cut_allocations(*, lease: Lease, at: datetime) -> None:
+    """End what the lease holds at `at` (allocations starting later are dropped)."""
+    in_force = Allocation.objects.filter(lease=lease, period__overlap=DateTimeTZRange(at, None))
+    in_force.filter(period__startswith__gte=at).delete()
+    in_force.update(period=Func(Func(F("period"), function="lower"), Value(at),
+                                function="tstzrange", output_field=DateTimeRangeField()))
+
+
+@transaction.atomic
+def move_parts(*, lease: Lease, onto: list[GpuChoice], at: datetime, reason: str,
+               left: list[int], actor: str = "scheduler") -> Lease:
+    """A lease of parts (locked by the caller, its allocations cut at `at`) holds `onto` from
+    `at` to its end (the exclusion constraints decide: GpusUnavailable); a `moved` event
+    records both sides."""
+    if lease.state not in (S.ACTIVE, S.PREEMPTING):
+        raise LeaseTransitionError(f"a {lease.state} lease is not moved")
+    with _gpus_must_be_free("a part was taken meanwhile"):
+        Allocation.objects.bulk_create([
+            g.allocation(lease, DateTimeTZRange(at, lease.ends_at))
+            for g in sorted(onto, key=lambda g: g.gpu_id)])
+    LeaseEvent.objects.create(lease=lease, kind="moved", actor=actor,
+                              reason=f"{reason}: {', '.join(gpu_names(left))} → "
+                                     f"{', '.join(gpu_names(g.gpu_id for g in onto))}"[:500])
+    return lease
 
 
 @transaction.atomic
@@ -317,9 +360,7 @@ def replace_allocations(*, lease: Lease, gpus: list[GpuChoice], gpu_model: str, 
     period = DateTimeTZRange(max(starts_at, locked.starts_at), locked.ends_at)
     with _gpus_must_be_free("another lease took one of these GPUs meanwhile"):
         Allocation.objects.bulk_create([
-            Allocation(lease=locked, gpu_id=g.gpu_id, period=period,
-                       price_micros=g.price_micros)
-            for g in sorted(gpus, key=lambda g: g.gpu_id)])
+            g.allocation(locked, period) for g in sorted(gpus, key=lambda g: g.gpu_id)])
     LeaseEvent.objects.create(lease=locked, kind="moved", actor=actor,
                               reason=f"{reason}; now on "
                                      f"{', '.join(gpu_names(g.gpu_id for g in gpus))}"[:500])
@@ -370,8 +411,7 @@ def move_many(*, moves: list[PlannedMove], actor: str = "scheduler") -> None:
     with _gpus_must_be_free("a replacement GPU was taken meanwhile"):
         # in GPU order, so two workers inserting overlapping sets wait, not deadlock
         Allocation.objects.bulk_create(sorted((
-            Allocation(lease=m.lease, gpu_id=g.gpu_id, price_micros=g.price_micros,
-                       period=DateTimeTZRange(now, m.lease.ends_at))
+            g.allocation(m.lease, DateTimeTZRange(now, m.lease.ends_at))
             for m in moves for g in m.onto), key=lambda a: a.gpu_id))
     LeaseEvent.objects.bulk_create([
         LeaseEvent(lease=m.lease, kind="moved", actor=actor,

@@ -4,8 +4,14 @@ The money these move (holds, usage, payouts) lives in `billing`.
 """
 
 from django.contrib.postgres.constraints import ExclusionConstraint
-from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, RangeOperators
+from django.contrib.postgres.fields import (
+    ArrayField,
+    DateTimeRangeField,
+    IntegerRangeField,
+    RangeOperators,
+)
 from django.db import models
+from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.db.models import F, Q
 
 from ibex.accounts.models import Organization
@@ -31,6 +37,10 @@ class GpuPrice(models.Model):
     set_by = models.CharField(max_length=150)
     set_at = models.DateTimeField(auto_now_add=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
+    slice_prices = models.JSONField(
+        default=dict, blank=True,
+        help_text="MIG profile → micro-dollars per slice-hour, where the provider set one (a "
+                  "profile not named is priced by its share of compute: market.parts)")
 
     class Meta:
         constraints = [
@@ -50,6 +60,14 @@ class GpuPrice(models.Model):
 
 
 # --- leases ---------------------------------------------------------------------------------
+
+# Parts of GPUs (MIG slices or shares) are sold on demand or spot only, one kind at a time.
+PARTS_WELL_FORMED = (
+    (Q(mig_profile="") & Q(gpu_share__isnull=True))
+    | (~Q(mig_profile="") & Q(gpu_share__isnull=True) & Q(tier__in=["on_demand", "spot"]))
+    | (Q(mig_profile="") & Q(gpu_share__gte=1) & Q(gpu_share__lte=999)
+       & Q(tier__in=["on_demand", "spot"]))
+)
 
 
 class Lease(models.Model):
@@ -75,9 +93,14 @@ class Lease(models.Model):
     tier = models.CharField(max_length=10, choices=Tier.choices)
     state = models.CharField(max_length=12, choices=State.choices, default=State.PENDING)
     gpu_model = models.CharField(max_length=40)
-    gpu_count = models.PositiveIntegerField()
-    price_micros = models.BigIntegerField(help_text="per GPU-hour, as sold")
-    max_price_micros = models.BigIntegerField(help_text="the tenant's limit per GPU-hour")
+    gpu_count = models.PositiveIntegerField(help_text="GPUs, or parts (slices or shares)")
+    mig_profile = models.CharField(max_length=20, blank=True,
+                                   help_text="a lease of MIG slices: their profile")
+    gpu_share = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="a lease of shares: each share's thousandths of a GPU")
+    price_micros = models.BigIntegerField(help_text="per GPU-hour (per part-hour), as sold")
+    max_price_micros = models.BigIntegerField(help_text="the tenant's limit per GPU-hour "
+                                                        "(per part-hour)")
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
     locality = models.JSONField(default=dict, help_text="leaves, spines, max_hops")
@@ -106,6 +129,7 @@ class Lease(models.Model):
             models.CheckConstraint(condition=Q(ends_at__gt=F("starts_at")),
                                    name="lease_ends_after_it_starts"),
             models.CheckConstraint(condition=Q(gpu_count__gt=0), name="lease_has_gpus"),
+            models.CheckConstraint(condition=PARTS_WELL_FORMED, name="lease_parts_well_formed"),
             models.CheckConstraint(condition=Q(slurm_account__regex=SLURM_ACCOUNT_PATTERN),
                                    name="lease_slurm_account_well_formed"),
             models.CheckConstraint(condition=Q(price_micros__gte=0)
@@ -122,6 +146,20 @@ class Lease(models.Model):
         """`L-<id>`: how node bindings and money rows, which know no leases, name it."""
         return lease_ref(self.pk)
 
+    @property
+    def unit(self) -> str:
+        """What one of its `gpu_count` is, as prices are read: GPU, slice or share."""
+        return "slice" if self.mig_profile else "share" if self.gpu_share is not None else "GPU"
+
+    @property
+    def product(self) -> str:
+        """`8 × H100-80GB`, `2 × 1g.10gb of H100-80GB`, `1 × share 250/1000 of H100-80GB`."""
+        if self.mig_profile:
+            return f"{self.gpu_count} × {self.mig_profile} of {self.gpu_model}"
+        if self.gpu_share is not None:
+            return f"{self.gpu_count} × share {self.gpu_share}/1000 of {self.gpu_model}"
+        return f"{self.gpu_count} × {self.gpu_model}"
+
 
 class LeaseEvent(StateChange):
     """A lease's history: every state change (who, when, why) and notices such as preemption
@@ -135,21 +173,54 @@ class LeaseEvent(StateChange):
         return f"lease {self.lease_id}: {self.kind} {self.from_state} → {self.to_state}"
 
 
+def whole_gpu_span() -> NumericRange:
+    return NumericRange(0, 1000)
+
+
 class Allocation(models.Model):
-    """One GPU held by one lease for a time range. PostgreSQL's exclusion constraint makes two
-    leases holding one GPU at overlapping times impossible, whatever the code does."""
+    """One GPU, or one part of it, held by one lease for a time range.
+
+    A part holds a `span` of its GPU in thousandths (a whole GPU [0, 1000); a MIG slice its
+    memory-slice positions; a share a run of its width: scheduler.core.placement.parts).
+    PostgreSQL's exclusion constraints make two allocations of overlapping spans of one GPU at
+    overlapping times impossible, and slices and shares on one GPU at once, whatever the code
+    does."""
+
+    class Part(models.TextChoices):
+        WHOLE = "whole"
+        MIG = "mig"
+        SHARE = "share"
 
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="allocations")
     gpu = models.ForeignKey("pool.Gpu", on_delete=models.PROTECT, related_name="allocations")
     period = DateTimeRangeField()
-    price_micros = models.BigIntegerField(help_text="the GPU's posted price when sold")
+    price_micros = models.BigIntegerField(help_text="the posted price per hour when sold (of "
+                                                    "the GPU, or of the part)")
+    part = models.CharField(max_length=5, choices=Part.choices, default=Part.WHOLE)
+    span = IntegerRangeField(default=whole_gpu_span,
+                             help_text="thousandths of the GPU held: [0, 1000) for a whole GPU")
+    mig_profile = models.CharField(max_length=20, blank=True)
 
     class Meta:
         constraints = [
             ExclusionConstraint(
                 name="no_gpu_in_two_overlapping_allocations",
-                expressions=[("gpu", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS)],
+                expressions=[("gpu", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS),
+                             ("span", RangeOperators.OVERLAPS)],
             ),
+            # (the name starts like the first one's: a refusal reads the same)
+            ExclusionConstraint(
+                name="no_gpu_in_two_overlapping_allocations_of_slices_and_shares",
+                expressions=[("gpu", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS),
+                             ("part", RangeOperators.NOT_EQUAL)],
+                condition=~Q(part="whole"),
+            ),
+            models.CheckConstraint(
+                condition=Q(span__contained_by=NumericRange(0, 1000)) & Q(span__isempty=False) & (
+                    (Q(part="whole") & Q(span=NumericRange(0, 1000)) & Q(mig_profile=""))
+                    | (Q(part="mig") & ~Q(mig_profile=""))
+                    | (Q(part="share") & Q(mig_profile="") & ~Q(span=NumericRange(0, 1000)))),
+                name="allocation_part_well_formed"),
         ]
 
     def __str__(self):
@@ -178,7 +249,11 @@ class Order(models.Model):
     tenant = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="orders")
     idempotency_key = models.CharField(max_length=100, blank=True)
     gpu_models = ArrayField(models.CharField(max_length=40))
-    gpus = models.PositiveIntegerField()
+    gpus = models.PositiveIntegerField(help_text="GPUs, or parts (the API's `count`) with "
+                                                 "mig_profile or gpu_share")
+    mig_profile = models.CharField(max_length=20, blank=True, help_text="MIG slices of it")
+    gpu_share = models.PositiveSmallIntegerField(null=True, blank=True,
+                                                 help_text="shares of this many thousandths")
     hours = models.PositiveIntegerField()
     tier = models.CharField(max_length=10, choices=Lease.Tier.choices)
     max_price_micros = models.BigIntegerField()
@@ -223,6 +298,7 @@ class Order(models.Model):
                                    name="pool_order_in_a_queue_and_unpriced"),
             models.CheckConstraint(condition=Q(slurm_account__regex=SLURM_ACCOUNT_PATTERN),
                                    name="order_slurm_account_well_formed"),
+            models.CheckConstraint(condition=PARTS_WELL_FORMED, name="order_parts_well_formed"),
         ]
         indexes = [models.Index(fields=["tier", "state"])]
 

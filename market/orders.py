@@ -24,7 +24,7 @@ from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.accounts.models import Organization
 from ibex.db import lock_until_commit, retry_on_deadlock
 from ibex.outbox import services as outbox
-from market import leasing, pool_orders
+from market import leasing, parts, pool_orders
 from market.core import clearing, workloads
 from market.models import Lease, Order, OrderEvent
 from market.order_states import (
@@ -62,6 +62,12 @@ class OrderRequest:
     workload: dict | None = None  # what the lease's nodes run (market.core.workloads)
     ssh_keys: list = field(default_factory=list)  # OpenSSH public keys let into its nodes
     slurm_account: str = ""  # the Slurm account its reservations on Slurm nodes are made for
+    mig_profile: str = ""  # parts of GPUs: `gpus` slices of this MIG profile ...
+    gpu_share: int | None = None  # ... or `gpus` shares of this many thousandths (market.parts)
+
+    @property
+    def is_parts(self) -> bool:
+        return bool(self.mig_profile) or self.gpu_share is not None
 
 
 def allows_moves(request: OrderRequest) -> bool:
@@ -134,8 +140,35 @@ def work_of(request: OrderRequest) -> Work:
 
 def _check(request: OrderRequest) -> None:
     _check_models(request)
-    _check_size(request)
+    if request.is_parts:
+        _check_parts(request)
+    else:
+        _check_size(request)
     _check_window(request, timezone.now())
+
+
+def _check_parts(request: OrderRequest) -> None:
+    """Parts of GPUs are sold on demand or spot, on one node, in the public market, and a MIG
+    profile only by models that have it."""
+    if request.mig_profile and request.gpu_share is not None:
+        raise OrderError("Give mig_profile or gpu_share, not both.", field="mig_profile")
+    if request.gpu_share is not None and not 1 <= request.gpu_share <= 999:
+        raise OrderError("A share is 1 to 999 thousandths of a GPU.", field="gpu_share")
+    if request.tier not in (Lease.Tier.ON_DEMAND, Lease.Tier.SPOT):
+        raise OrderError("Parts of GPUs (mig_profile, gpu_share) are sold on demand or spot, "
+                         "not reserved.", field="tier")
+    if request.pool:
+        raise OrderError("Private pools lend whole GPUs: parts of GPUs are sold in the public "
+                         "market.", field="pool")
+    topology = request.topology or {}
+    if topology.get("whole_nodes") or any(
+            topology.get(kind) not in (None, "node") for kind in ("required", "preferred")):
+        raise OrderError("Parts of GPUs are never multi-node: all of an order's parts are on "
+                         "one node.", field="topology")
+    if request.mig_profile and not parts.models_selling(request.mig_profile,
+                                                        request.gpu_models):
+        raise OrderError(f"none of {', '.join(request.gpu_models)} has the MIG profile "
+                         f"{request.mig_profile!r}", field="mig_profile")
 
 
 @retry_on_deadlock
@@ -155,14 +188,15 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
             priority=request.priority, priority_class=request.priority_class,
             runtimes=work.runtimes(),
             runtimes_field=runtimes_field(work.workload, work.ssh_keys))
-    elif request.tier != Lease.Tier.ON_DEMAND:
+    elif request.tier != Lease.Tier.ON_DEMAND or request.is_parts:
         _check(request)
     else:
         _check_models(request)
     # An on-demand order's size is checked only when it is not filled (a filled one fitted in
     # a fabric); the check's error then rolls it all back, so the client sees the same 400
     # and nothing is recorded. An aggregate over every GPU less an order.
-    check_unless_filled = target is None and request.tier == Lease.Tier.ON_DEMAND
+    check_unless_filled = (target is None and request.tier == Lease.Tier.ON_DEMAND
+                           and not request.is_parts)
     try:
         with transaction.atomic():
             try:
@@ -174,7 +208,8 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
             if target is not None:
                 pool_orders.queue_order(order=order, target=target, actor=actor)
             elif order.tier == Lease.Tier.ON_DEMAND:
-                if match_on_demand(order=order, actor=actor).state != OS.FILLED:
+                if match_on_demand(order=order, actor=actor).state != OS.FILLED \
+                        and check_unless_filled:
                     _check_size(request)
             else:
                 change_order_state(order, OS.RESTING, actor=actor, reason="waiting for the next clearing")
@@ -193,6 +228,7 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str,
     order = Order.objects.create(
         tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
         gpus=request.gpus, hours=request.hours, tier=request.tier,
+        mig_profile=request.mig_profile, gpu_share=request.gpu_share,
         max_price_micros=request.max_price_micros, topology=request.topology,
         start_earliest=request.start_earliest, start_latest=request.start_latest,
         fill=request.fill, priority=request.priority, allow_moves=allows_moves(request),
@@ -313,10 +349,13 @@ class FoundGpus:
 
 
 def find_gpus(order: Order, start: datetime, end: datetime,
-              avoid_nodes: frozenset[int] = frozenset()) -> FoundGpus | str:
+              avoid_nodes: frozenset[int] = frozenset()) -> FoundGpus | parts.FoundParts | str:
     """Run the placement engine for `order` on the GPUs free over [start, end) now: the
     cheapest set that satisfies its models, topology and price limit on nodes that can run
-    what it asks (and not on `avoid_nodes`), or why there is none."""
+    what it asks (and not on `avoid_nodes`), or why there is none. An order for parts of
+    GPUs goes to the part placer (market.parts)."""
+    if parts.is_parts(order):
+        return parts.find_parts(order, start, end, avoid_nodes)
     models: dict[str, str] = {}
     runtimes: dict[str, str] = {}
     by_node = free_priced_gpus(order, start, end, gpu_model_of=models, runtime_of=runtimes,
@@ -392,7 +431,8 @@ def _lease_for(order: Order, found: FoundGpus, start, end, actor) -> Lease:
         max_price_micros=order.max_price_micros, locality=found.locality(), actor=actor,
         reason=f"order {order.pk} matched at posted prices",
         allow_moves=order.allow_moves, workload=order.workload, ssh_keys=order.ssh_keys,
-        slurm_account=order.slurm_account,
+        slurm_account=order.slurm_account, mig_profile=order.mig_profile,
+        gpu_share=order.gpu_share,
     )
 
 

@@ -15,7 +15,7 @@ from ibex.db import analyze_after_bulk_load
 from ibex.errors import Refusal
 from market.models import GpuPrice
 from pool.models import Gpu
-from pool.services import offered_gpus
+from pool.services import mark_shareable, offered_gpus
 
 SCOPE_KEYS = ("fabric", "gpu_model", "node", "leaf", "gpu")
 
@@ -63,26 +63,48 @@ def gpus_in_scope(*, provider: Organization, scope: dict) -> QuerySet[Gpu]:
 @transaction.atomic
 def set_prices(*, provider: Organization, scope: dict, price_micros: int, actor: str,
                offered_from: datetime | None = None, offered_until: datetime | None = None,
-               min_lease_hours: int = 1) -> PriceChange:
+               min_lease_hours: int = 1, shareable: bool | None = None,
+               slice_prices: dict[str, int] | None = None) -> PriceChange:
+    """Price the GPUs of a scope; `shareable` (None: unchanged) says whether they also sell
+    parts, and `slice_prices` (MIG profile → micro-dollars per slice-hour) prices slices
+    otherwise priced by their share of compute (market.core.parts)."""
     if price_micros <= 0:
         raise PriceError("A price must be above zero.", field="price_per_gpu_hour")
     if offered_from and offered_until and offered_until <= offered_from:
         raise PriceError("The window must end after it starts.", field="offered_until")
+    slice_prices = slice_prices or {}
     # Lock the GPUs in a fixed order so that two price changes over one GPU serialise.
-    gpu_ids = list(gpus_in_scope(provider=provider, scope=scope).order_by("pk")
-                   .select_for_update().values_list("pk", flat=True))
+    in_scope = gpus_in_scope(provider=provider, scope=scope)
+    gpu_ids = list(in_scope.order_by("pk").select_for_update().values_list("pk", flat=True))
     if not gpu_ids:
         raise PriceError("No GPU of yours matches this scope.", field="scope")
+    _check_slice_prices(slice_prices, in_scope)
+    if shareable is not None:
+        mark_shareable(gpu_ids=gpu_ids, shareable=shareable)
     now = timezone.now()
     GpuPrice.objects.filter(gpu_id__in=gpu_ids, superseded_at__isnull=True).update(
         superseded_at=now)
     GpuPrice.objects.bulk_create([
         GpuPrice(gpu_id=gpu_id, price_micros=price_micros, offered_from=offered_from,
-                 offered_until=offered_until, min_lease_hours=min_lease_hours, set_by=actor)
+                 offered_until=offered_until, min_lease_hours=min_lease_hours, set_by=actor,
+                 slice_prices=slice_prices)
         for gpu_id in gpu_ids
     ], batch_size=5000)
     analyze_after_bulk_load(GpuPrice, rows=len(gpu_ids))
     return PriceChange(gpus_priced=len(gpu_ids), price_micros=price_micros)
+
+
+def _check_slice_prices(slice_prices: dict[str, int], gpus: QuerySet[Gpu]) -> None:
+    profiles = {name for names in gpus.filter(gpu_model__mig_capable=True)
+                .values_list("gpu_model__mig_profiles", flat=True).distinct() for name in names}
+    for name, micros in slice_prices.items():
+        field = f"price_per_slice_hour.{name}"
+        if name not in profiles:
+            known = ", ".join(sorted(profiles)) or "none: no MIG-capable GPU in this scope"
+            raise PriceError(f"{name!r} is not a MIG profile of these GPUs ({known}).",
+                             field=field)
+        if micros <= 0:
+            raise PriceError("A price must be above zero.", field=field)
 
 
 def current_prices(gpu_ids) -> dict[int, int]:

@@ -42,7 +42,7 @@ class NodeGpuSerializer(serializers.ModelSerializer):
     class Meta:
         model = Gpu
         fields = ["id", "index", "uuid", "gpu_model", "memory_mib", "mig_capable",
-                  "nvlink_domain", "health"]
+                  "shareable", "nvlink_domain", "health"]
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -178,7 +178,22 @@ class WorkloadReportSerializer(serializers.Serializer):
     error = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
+class PartDeviceSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=63)
+    mig_profile = serializers.CharField(max_length=20, required=False)
+    start = serializers.IntegerField(min_value=0, max_value=7, required=False)
+    share = serializers.IntegerField(min_value=1, max_value=999, required=False)
+    memory_mib = serializers.IntegerField(min_value=0, required=False)
+    uuid = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    enforced = serializers.BooleanField()
+    error = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
 class HeartbeatWithWorkSerializer(HeartbeatSerializer):
+    devices = serializers.DictField(
+        child=PartDeviceSerializer(many=True), required=False,
+        help_text="per lease of parts it serves: what the agent made of each part (a MIG "
+                  "device, MPS limits) and whether it is enforced")
     runtime = RuntimeReportSerializer(required=False)
     workloads = WorkloadReportSerializer(many=True, required=False, max_length=256)
     wait_s = serializers.FloatField(min_value=0, max_value=300, required=False,
@@ -214,7 +229,8 @@ class OfferedGpuSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Gpu
-        fields = ["id", "gpu_model", "memory_mib", "mig_capable", "health", "fabric", "leaf"]
+        fields = ["id", "gpu_model", "memory_mib", "mig_capable", "shareable", "health",
+                  "fabric", "leaf"]
 
 
 class ProviderGpuSerializer(OfferedGpuSerializer):
@@ -317,7 +333,8 @@ def parse_heartbeat(data) -> dict:
     the same shape for the schema)."""
     if not isinstance(data, dict):
         raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-    unknown = set(data) - {"gpus", "ib_ports", "serving", "runtime", "workloads", "wait_s"}
+    unknown = set(data) - {"gpus", "ib_ports", "serving", "runtime", "workloads", "wait_s",
+                           "devices"}
     if unknown:
         raise serializers.ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
     gpus = data.get("gpus")
@@ -344,6 +361,23 @@ def parse_heartbeat(data) -> dict:
     parsed = {"gpus": parsed, "ib_ports": ports, "serving": serving}
     if data.get("runtime") is not None or data.get("workloads") or "wait_s" in data:
         parsed.update(_parse_work(data))
+    if data.get("devices"):
+        parsed["devices_reported"] = _parse_devices(data["devices"])
+    return parsed
+
+
+def _parse_devices(devices) -> dict[str, list[dict]]:
+    """What the agent made of the parts it serves (docs/workloads.md, "Parts of GPUs")."""
+    if not isinstance(devices, dict) or len(devices) > 256 or not all(
+            isinstance(ref, str) and 0 < len(ref) <= 64 for ref in devices):
+        raise serializers.ValidationError({"devices": ["Expected {lease id: [device]}."]})
+    parsed = {}
+    for ref, made in devices.items():
+        form = PartDeviceSerializer(data=made, many=True)
+        if not isinstance(made, list) or len(made) > 64 or not form.is_valid():
+            raise serializers.ValidationError({f"devices.{ref}": [
+                "Expected a list of at most 64 {index, enforced, ...}."]})
+        parsed[ref] = [dict(item) for item in form.validated_data]
     return parsed
 
 

@@ -125,6 +125,9 @@ class Gpu(models.Model):
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
     memory_mib = models.PositiveIntegerField()
     mig_capable = models.BooleanField(default=False)
+    shareable = models.BooleanField(
+        default=False, help_text="its provider sells parts of it: MIG slices (on MIG-capable "
+                                 "models) and shares, besides the whole GPU")
     nvlink_domain = models.CharField(max_length=80, blank=True)
     health = models.CharField(max_length=10, choices=Health.choices, default=Health.UNKNOWN,
                               help_text="unknown until a heartbeat reports it")
@@ -178,6 +181,12 @@ class Binding(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="bindings")
     lease_ref = models.CharField(max_length=64)
     gpu_indexes = models.JSONField(default=list)
+    parts = models.JSONField(default=list, blank=True,
+                             help_text="a lease of parts: [{index, mig_profile, start} | "
+                                       "{index, share, memory_mib}] (docs/workloads.md)")
+    devices = models.JSONField(default=list, blank=True,
+                               help_text="what the agent reports it made of each part: "
+                                         "[{..., uuid, enforced, error}]")
     serve = models.BooleanField(default=True, help_text="false: the node must stop serving it")
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)

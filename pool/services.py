@@ -341,6 +341,7 @@ _registered_indexes = (Gpu.objects.filter(node_id=OuterRef("pk")).order_by().val
 def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
                      serving: list[str], runtime: dict | None = None,
                      workloads_reported: list[dict] = (),
+                     devices_reported: dict[str, list[dict]] | None = None,
                      now: datetime | None = None) -> HeartbeatAnswer:
     """Take one heartbeat, writing only what changed (metrics go to the cache, not the DB).
 
@@ -371,7 +372,7 @@ def record_heartbeat(*, node: Node, gpus: list[dict], ib_ports: list[dict],
     cache.set(METRICS_KEY.format(node_id=node.pk),
               {"at": now.isoformat(), "gpus": gpus, "ib_ports": ib_ports}, timeout=3600)
     return heartbeat_answer(node=node, serving=serving, workloads_reported=workloads_reported,
-                            now=now)
+                            devices_reported=devices_reported, now=now)
 
 
 def record_quiet_heartbeats(*, gpus_by_node: dict[int, list[int]], now: datetime) -> set[int]:
@@ -395,11 +396,13 @@ def record_quiet_heartbeats(*, gpus_by_node: dict[int, list[int]], now: datetime
 
 
 def heartbeat_answer(*, node: Node, serving: list[str], workloads_reported: list[dict] = (),
+                     devices_reported: dict[str, list[dict]] | None = None,
                      now: datetime | None = None) -> HeartbeatAnswer:
     """What the node must do now for the leases bound to it (and what it reports of them)."""
     now = now or timezone.now()
     has_bindings = getattr(node, "has_bindings", True)
-    actions = (_reconcile_bindings(node, set(serving), workloads_reported, now)
+    actions = (_reconcile_bindings(node, set(serving), workloads_reported, now,
+                                   devices_reported or {})
                if has_bindings or serving else [])
     interval = node.heartbeat_interval_s
     if any(a["action"] == "start" for a in actions) or _waits_for_rank_zero(node):
@@ -516,17 +519,19 @@ def on_bindings_acknowledged(listener: Callable[[list[str]], object]) -> None:
 
 
 def _reconcile_bindings(node: Node, serving: set[str], reports: list[dict],
-                        now: datetime) -> list[dict]:
+                        now: datetime, devices: dict[str, list[dict]]) -> list[dict]:
     actions = []
     wanted: set[str] = set()
     acknowledged = []
     bindings = list(Binding.objects.filter(node=node, stopped_at__isnull=True))
     by_lease = {report["lease"]: report for report in reports}
     wake = workloads.record_reports(bindings, by_lease) if by_lease else []
+    if devices:
+        workloads.record_devices(bindings, devices)
     for binding in bindings:
         if binding.serve:
             wanted.add(binding.lease_ref)
-            if _needs_start(binding, serving, by_lease):
+            if _needs_start(binding, serving, by_lease) or _parts_differ(binding, devices):
                 action = workloads.start_action(binding)
                 if action is None:
                     node.waiting_ranks = True
@@ -549,6 +554,17 @@ def _reconcile_bindings(node: Node, serving: set[str], reports: list[dict],
             listener(acknowledged)
     workloads.wake_nodes(wake)
     return actions
+
+
+def _parts_differ(binding: Binding, devices: dict[str, list[dict]]) -> bool:
+    """A lease of parts whose node reports other parts than it holds (it moved to other parts
+    of the node's GPUs): start it again, and the agent remakes them."""
+    made = devices.get(binding.lease_ref)
+    if not binding.parts or made is None:
+        return False
+    keys = ("index", "mig_profile", "start", "share")
+    return sorted(tuple(str(p.get(k)) for k in keys) for p in binding.parts) != \
+        sorted(tuple(str(d.get(k)) for k in keys) for d in made)
 
 
 def _needs_start(binding: Binding, serving: set[str], reports: dict[str, dict]) -> bool:
@@ -604,7 +620,8 @@ def unbind_lease(*, node: Node, lease_ref: str) -> None:
 
 @transaction.atomic
 def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
-                       launches: dict[str, dict | None] | None = None) -> list[str]:
+                       launches: dict[str, dict | None] | None = None,
+                       parts: dict[str, dict[int, list[dict]]] | None = None) -> list[str]:
     """What every node serves of some leases, at once (after the scheduler placed or moved
     them): lease ref → node id → GPU indexes. The nodes named serve those GPUs; every other node
     serving one of these leases is told to stop. Unchanged bindings are left alone (their node
@@ -613,10 +630,14 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
     `launches` (lease ref → {command, env, workdir, ssh_keys}) says what the nodes run for a
     lease; a lease not named keeps what it ran. A lease that runs something and whose nodes or
     GPUs change starts a new generation: every rank is restarted with the new addresses.
-    Returns the refs of the leases restarted so."""
+    Returns the refs of the leases restarted so.
+
+    `parts` (lease ref → node id → [part]) says which parts of the GPUs a lease of parts holds
+    on each node, as the agent enforces them (docs/workloads.md, "Parts of GPUs")."""
     wanted = {ref: {node: sorted(ix) for node, ix in nodes.items()}
               for ref, nodes in wanted.items()}
     launches = launches or {}
+    parts = parts or {}
     existing = {(b.lease_ref, b.node_id): b for b in
                 Binding.objects.select_for_update().filter(lease_ref__in=list(wanted))}
     restarted = [ref for ref in wanted if _launch_changes(ref, wanted[ref], existing, launches)]
@@ -632,12 +653,15 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
         ranks = ranks_in_order(hostnames[node] for node in nodes)
         for node_id, indexes in nodes.items():
             binding = existing.get((ref, node_id))
+            node_parts = parts.get(ref, {}).get(node_id, [])
             if binding is None:
-                binding = Binding(node_id=node_id, lease_ref=ref, gpu_indexes=indexes)
+                binding = Binding(node_id=node_id, lease_ref=ref, gpu_indexes=indexes,
+                                  parts=node_parts)
                 new.append(binding)
             elif binding.gpu_indexes != indexes or not binding.serve or binding.stopped_at \
-                    or ref in restarted:
+                    or ref in restarted or binding.parts != node_parts:
                 binding.gpu_indexes, binding.serve, binding.stopped_at = indexes, True, None
+                binding.parts = node_parts
                 changed.append(binding)
             if ref in restarted or binding.pk is None:
                 _restart(binding, work, generation + 1 if ref in restarted else generation,
@@ -645,7 +669,8 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
     if stop:
         Binding.objects.filter(pk__in=stop).update(serve=False)
     if changed:
-        Binding.objects.bulk_update(changed, ["gpu_indexes", "serve", "stopped_at", *RESTART_FIELDS])
+        Binding.objects.bulk_update(changed, ["gpu_indexes", "parts", "serve", "stopped_at",
+                                              *RESTART_FIELDS])
     if new:
         Binding.objects.bulk_create(new)
     workloads.wake_nodes([node for (ref, node) in existing] +
@@ -707,6 +732,13 @@ def verify_burned_in_providers(*, now: datetime | None = None) -> list[str]:
             continue  # verified meanwhile by an operator or an overlapping beat
         verified.append(provider.slug)
     return verified
+
+
+def mark_shareable(*, gpu_ids: list[int], shareable: bool) -> int:
+    """Whether these GPUs also sell parts (MIG slices, shares); a GPU that stops being
+    shareable keeps the parts it sold until they end."""
+    return Gpu.objects.filter(pk__in=gpu_ids).exclude(shareable=shareable).update(
+        shareable=shareable)
 
 
 def offered_gpus(*, now: datetime | None = None):

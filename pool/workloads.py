@@ -96,6 +96,8 @@ def start_action(binding: Binding) -> dict | None:
     """The start action for a binding; None while it must wait (a rank other than 0 starts once
     rank 0's agent has reported its port)."""
     action = {"action": "start", "lease": binding.lease_ref, "gpus": binding.gpu_indexes}
+    if binding.parts:
+        action["parts"] = binding.parts
     if binding.launch is None:
         return action
     ranks = list(Binding.objects.filter(lease_ref=binding.lease_ref, serve=True,
@@ -146,6 +148,16 @@ def record_reports(bindings: list[Binding], reports: dict[str, dict]) -> list[in
                 lease_ref=binding.lease_ref, serve=True, generation=binding.generation)
                 .exclude(pk=binding.pk).values_list("node_id", flat=True))
     return wake
+
+
+def record_devices(bindings: list[Binding], devices: dict[str, list[dict]]) -> None:
+    """Write what the node reports it made of each part it serves (MIG devices, MPS limits),
+    where that changed."""
+    for binding in bindings:
+        made = devices.get(binding.lease_ref)
+        if made is not None and binding.parts and made != binding.devices:
+            Binding.objects.filter(pk=binding.pk).update(devices=made)
+            binding.devices = made
 
 
 def _changes(binding: Binding, report: dict) -> dict:
@@ -228,6 +240,33 @@ def access_view(bindings: list[Binding], lease_ref: str, ssh_wanted: bool,
             "slurm": core.srun_line(lease_ref, slurm_account) if on_slurm else None,
         })
     return access
+
+
+def parts_view(held: list[tuple[str, int, str, int, int]], bindings: list[Binding]) -> list[dict]:
+    """The lease JSON's `gpus` for a lease of parts: per part (hostname, GPU index, MIG
+    profile or "", span [lower, upper)) its node, GPU and profile or share, with what the
+    node's agent reported making of it (`device`, `enforced`, `error`; null until reported)."""
+    reported: dict[tuple[str, int], list[dict]] = {}
+    for b in bindings:
+        if b.serve:
+            for device in b.devices or []:
+                reported.setdefault((b.node.hostname, device.get("index")), []).append(device)
+    view = []
+    for host, index, mig_profile, lower, upper in held:
+        item: dict = {"node": host, "index": index}
+        if mig_profile:
+            item["mig_profile"] = mig_profile
+            start = lower * 8 // 1000
+            match = [d for d in reported.get((host, index), []) if d.get("start") == start]
+        else:
+            item["share"] = upper - lower
+            match = [d for d in reported.get((host, index), [])
+                     if d.get("share") == upper - lower]
+        device = match[0] if match else {}
+        item.update(device=device.get("uuid"), enforced=device.get("enforced"),
+                    error=device.get("error") or "")
+        view.append(item)
+    return view
 
 
 # --- logs ------------------------------------------------------------------------------------------

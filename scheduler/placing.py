@@ -24,7 +24,6 @@ never became active costs nothing).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -34,7 +33,7 @@ from django.utils import timezone
 
 from ibex.outbox import services as outbox
 from ibex.references import lease_id_of
-from market import leasing, pool_orders
+from market import leasing, parts, pool_orders
 from market.models import Allocation, Lease, Order
 from market.orders import FoundGpus, FreeGpu, find_gpus
 from pool import services as pool
@@ -79,12 +78,10 @@ def place_lease(*, lease_id: int, final: bool = True) -> Lease:
         lease = leasing.change_lease_state(
             lease=lease, to_state=Lease.State.PLACING, actor="scheduler",
             reason="re-placed and bound to its nodes" if moved else "bound to its nodes")
-        indexes: dict[int, list[int]] = defaultdict(list)
-        for node_id, index in Allocation.objects.filter(lease=lease).values_list(
-                "gpu__node_id", "gpu__index"):
-            indexes[node_id].append(index)
+        indexes, node_parts = parts.bindings_of(Allocation.objects.filter(lease=lease))
         pool.set_lease_bindings(wanted={lease.reference: indexes},
-                                launches={lease.reference: launch_of(lease)})
+                                launches={lease.reference: launch_of(lease)},
+                                parts={lease.reference: node_parts})
         return lease
 
 

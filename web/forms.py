@@ -76,9 +76,17 @@ class OrderForm(forms.Form):
     start_latest = forms.DateTimeField(required=False, label="Start no later than",
                                        widget=forms.DateTimeInput(attrs={"type":
                                                                          "datetime-local"}))
+    mig_profile = forms.CharField(
+        required=False, max_length=20, label="MIG slices of profile",
+        help_text="e.g. 1g.10gb: then GPUs counts slices, and the limit is per slice-hour")
+    gpu_share = forms.IntegerField(
+        required=False, min_value=1, max_value=999, label="Shares of (thousandths of a GPU)",
+        help_text="e.g. 250: then GPUs counts shares, and the limit is per share-hour")
 
     def clean(self):
         data = super().clean()
+        if data.get("mig_profile") and data.get("gpu_share"):
+            self.add_error("gpu_share", "Slices or shares, not both.")
         if data.get("tier") == Lease.Tier.RESERVED:
             if not data.get("start_earliest"):
                 self.add_error("start_earliest", "A reserved order needs a start window.")
@@ -100,6 +108,7 @@ class OrderForm(forms.Form):
 
 # OrderError.field (the API's names) → the form field that shows the message
 ORDER_FIELDS = {"gpu_models": "gpu_model", "gpus": "gpus", "hours": "hours",
+                "mig_profile": "mig_profile", "gpu_share": "gpu_share", "pool": None,
                 "max_price_per_gpu_hour": "max_price", "topology": "level",
                 "start_window": "start_earliest", "fill": "fill", "tier": "tier"}
 

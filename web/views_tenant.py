@@ -48,11 +48,18 @@ def _activity(org, query=None) -> dict:
 
 
 def gpu_list(allocations) -> list[str]:
-    """Allocations → ["node-01/0-7", "node-02/0-3,6"]: each node once, its GPU indexes as ranges."""
+    """Allocations → ["node-01/0-7", "node-02/0-3,6"]: each node once, its GPU indexes as
+    ranges; a part of a GPU as "node-01/3 · 1g.10gb" or "node-01/3 · share 250/1000"."""
     by_node: dict[str, list[int]] = {}
-    for a in allocations:
-        by_node.setdefault(a.gpu.node.hostname, []).append(a.gpu.index)
     listed = []
+    for a in allocations:
+        if a.part == "mig":  # a part: each on its own line, saying which part
+            listed.append(f"{a.gpu.node.hostname}/{a.gpu.index} · {a.mig_profile}")
+        elif a.part == "share":
+            listed.append(f"{a.gpu.node.hostname}/{a.gpu.index} · share "
+                          f"{a.span.upper - a.span.lower}/1000")
+        else:
+            by_node.setdefault(a.gpu.node.hostname, []).append(a.gpu.index)
     for node, indexes in by_node.items():
         runs: list[list[int]] = []
         for index in sorted(indexes):
@@ -78,7 +85,8 @@ def _place(request, form: OrderForm):
         tier=data["tier"], max_price_micros=data["max_price"], topology=form.topology(),
         start_earliest=data.get("start_earliest"), start_latest=data.get("start_latest"),
         fill=data["fill"], idempotency_key=data.get("idempotency_key") or "",
-        allow_moves=data["allow_moves"])
+        allow_moves=data["allow_moves"], mig_profile=data.get("mig_profile") or "",
+        gpu_share=data.get("gpu_share"))
     return orders.place_order(tenant=request.organization, request=request_,
                               actor=request.user.get_username())
 

@@ -26,10 +26,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ibex.accounts.models import ProviderProfile
-from market import leasing
+from market import leasing, parts
+from market.core.parts import PartGpu, share_price_micros, slice_price_micros
 from market.models import Allocation, GpuPrice, Lease
 from pool.models import Gpu, Node, Pool
+from pool.services import offered_gpus
 from scheduler.core.placement import defrag as core
+from scheduler.core.placement.parts import HeldPart, PartMove, plan_part_moves
 from scheduler.models import DefragRun
 from scheduler.moves.one_lease import lock_active, rebind
 
@@ -40,6 +43,11 @@ REASON = "defragmentation"
 def movable(lease: Lease) -> bool:
     return (lease.tier == Lease.Tier.SPOT and lease.allow_moves
             and lease.state == Lease.State.ACTIVE and lease.preempt_at is None)
+
+
+def movable_whole(lease: Lease) -> bool:
+    """Parts of GPUs are moved by their own planner (`part_snapshot`), never as whole GPUs."""
+    return movable(lease) and not parts.is_parts_lease(lease)
 
 
 def snapshot(now: datetime) -> tuple[list[core.NodeView], list[core.LeaseView]]:
@@ -83,14 +91,54 @@ def snapshot(now: datetime) -> tuple[list[core.NodeView], list[core.LeaseView]]:
                            fabric=labels[node_id][2], runtime=labels[node_id][3])
              for node_id, slots in by_node.items()]
     leases = [core.LeaseView(id=lease.pk, gpu_model=lease.gpu_model,
-                             gpus=frozenset(held[lease.pk]), movable=movable(lease),
+                             gpus=frozenset(held[lease.pk]), movable=movable_whole(lease),
                              max_price_micros=paid[lease.pk],
                              ends_at=lease.ends_at.timestamp(),
                              runtimes=leasing.runtimes_of(lease))
               for lease in Lease.objects.filter(pk__in=list(held)).only(
                   "id", "tier", "state", "allow_moves", "preempt_at", "gpu_model", "ends_at",
-                  "workload", "ssh_keys", "slurm_account")]
+                  "workload", "ssh_keys", "slurm_account", "mig_profile", "gpu_share")]
     return nodes, leases
+
+
+def part_snapshot(now: datetime) -> tuple[list[PartGpu], list[HeldPart], dict[str, str]]:
+    """The parts held now on offered shareable GPUs, those GPUs with the posted price of each
+    kind of part held, and each node's runtime (the part planner's input)."""
+    rows = list(Allocation.objects.filter(period__contains=now).exclude(part="whole")
+                .select_related("lease").values_list(
+                    "lease_id", "gpu_id", "mig_profile", "span", "price_micros",
+                    "lease__tier", "lease__allow_moves", "lease__state", "lease__preempt_at"))
+    names = {profile or f"share:{span.upper - span.lower}" for _, _, profile, span, *_ in rows}
+    gpus = []
+    runtime_of = {}
+    for (gpu_id, index, host, model, memory, runtime, price,
+         slice_prices) in offered_gpus(now=now).filter(
+            shareable=True, prices__superseded_at__isnull=True,
+            pk__in={row[1] for row in rows}).values_list(
+            "id", "index", "node__hostname", "gpu_model__name", "memory_mib", "node__runtime",
+            "prices__price_micros", "prices__slice_prices"):
+        runtime_of[host] = runtime
+        gpus.append(PartGpu(id=gpu_id, node=host, index=index, model=model, memory_mib=memory,
+                            part_prices=_part_prices(names, price, slice_prices or {})))
+    runtimes = {lease.pk: leasing.runtimes_of(lease) for lease in Lease.objects.filter(
+        pk__in={row[0] for row in rows}).only("id", "workload", "ssh_keys", "slurm_account")}
+    held = [HeldPart(lease=lease_id, gpu=gpu_id, span=(span.lower, span.upper),
+                     mig_profile=profile, paid_micros=price, runtimes=runtimes[lease_id],
+                     movable=(tier == Lease.Tier.SPOT and allow_moves and preempt_at is None
+                              and state == Lease.State.ACTIVE))
+            for (lease_id, gpu_id, profile, span, price, tier, allow_moves, state,
+                 preempt_at) in rows]
+    return gpus, held, runtime_of
+
+
+def _part_prices(names: set[str], price: int, slice_prices: dict) -> dict[str, int]:
+    prices = {}
+    for name in names:
+        if name.startswith("share:"):
+            prices[name] = share_price_micros(price, int(name.split(":")[1]))
+        else:
+            prices[name] = slice_price_micros(price, name, slice_prices)
+    return prices
 
 
 def defragment(*, max_moves: int = 20, now: datetime | None = None) -> DefragRun:
@@ -102,6 +150,13 @@ def defragment(*, max_moves: int = 20, now: datetime | None = None) -> DefragRun
         record.append({"lease": move.lease, "away_from": list(move.away_from),
                        "onto": [gpu for gpu, _ in move.onto], "applied": why == "moved",
                        "why": why})
+    part_moves = plan_part_moves(*part_snapshot(timezone.now()),
+                                 max_moves=max(0, max_moves - len(plan.moves)))
+    for part_move in part_moves:
+        why = _apply_part_move(part_move)
+        record.append({"lease": part_move.lease, "away_from": [part_move.away_from],
+                       "onto": [gpu for gpu, _, _ in part_move.onto], "parts": True,
+                       "applied": why == "moved", "why": why})
     after = core.whole_free_counts(*snapshot(timezone.now())) if plan.moves else plan.before
     run = DefragRun.objects.create(
         started_at=started, finished_at=timezone.now(),
@@ -109,7 +164,8 @@ def defragment(*, max_moves: int = 20, now: datetime | None = None) -> DefragRun
         whole_free_leaves_after=after.whole_free_leaves,
         whole_free_nodes_before=plan.before.whole_free_nodes,
         whole_free_nodes_after=after.whole_free_nodes,
-        moves_planned=len(plan.moves), moves_applied=sum(r["applied"] for r in record),
+        moves_planned=len(plan.moves) + len(part_moves),
+        moves_applied=sum(r["applied"] for r in record),
         moves=record)
     log.info("defragmentation: whole free leaves %d -> %d, whole free nodes %d -> %d, "
              "%d of %d moves applied", run.whole_free_leaves_before, run.whole_free_leaves_after,
@@ -138,5 +194,31 @@ def _apply(move: core.Move) -> str:
                               reason=REASON)
         except leasing.GpusUnavailable:
             return "a target GPU was taken meanwhile"
+        rebind(lease)
+    return "moved"
+
+
+def _apply_part_move(move: PartMove) -> str:
+    """"moved", or why the move of a lease's parts off one GPU was skipped."""
+    with transaction.atomic():
+        lease = lock_active(move.lease)
+        if lease is None:
+            return "lease busy or no longer active"
+        if not movable(lease):
+            return "lease no longer movable"
+        now = timezone.now()
+        here = list(Allocation.objects.filter(lease=lease, gpu_id=move.away_from,
+                                              period__contains=now)
+                    .values_list("part", "mig_profile", "price_micros"))
+        if len(here) != len(move.onto):
+            return "lease changed since the snapshot"
+        kind, profile, paid = here[0]
+        onto = [leasing.GpuChoice(gpu, paid, part=leasing.Part(kind, span, profile))
+                for gpu, span, _ in move.onto]
+        try:
+            leasing.move_gpus(lease=lease, away_from=[move.away_from], onto=onto,
+                              reason=f"{REASON}: a whole GPU freed")
+        except leasing.GpusUnavailable:
+            return "a target part was taken meanwhile"
         rebind(lease)
     return "moved"

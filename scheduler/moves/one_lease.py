@@ -6,12 +6,13 @@ the domain its topology constraint promised, the move itself, and the rebinding 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
+from django.db import transaction
 from django.utils import timezone
 
-from market import leasing
+from market import leasing, parts
 from market.models import Allocation, Lease
 from pool import services as pool
 from pool.models import Gpu, Node
@@ -90,6 +91,8 @@ def move_off(*, lease: Lease, held: list[Held], leaving: set[int], index: FreeIn
     the index inside the domain its topology constraint promised; rebind its nodes. False when
     there is no replacement, or when one was taken meanwhile (the exclusion constraint said so)
     even after reading the free GPUs again."""
+    if parts.is_parts_lease(lease):
+        return place_parts_again(lease=lease, reason=reason)
     for _attempt in range(2):
         chosen = choose(lease, held, leaving, index)
         if chosen is None:
@@ -109,9 +112,37 @@ def rebind(lease: Lease) -> None:
     """Bindings follow the allocations in force from the move on: nodes left are told to stop,
     nodes whose GPUs changed are told the new ones."""
     now = timezone.now()
-    wanted: dict[int, list[int]] = defaultdict(list)
-    for node_id, index in Allocation.objects.filter(lease=lease, period__contains=now).values_list(
-            "gpu__node_id", "gpu__index"):
-        wanted[node_id].append(index)
-    restarted = pool.set_lease_bindings(wanted={lease.reference: wanted})
+    wanted, node_parts = parts.bindings_of(Allocation.objects.filter(lease=lease,
+                                                                     period__contains=now))
+    restarted = pool.set_lease_bindings(wanted={lease.reference: wanted},
+                                        parts={lease.reference: node_parts})
     leasing.record_workload_restarts(lease_refs=restarted)
+
+
+def place_parts_again(*, lease: Lease, reason: str,
+                      avoid_nodes: frozenset[int] = frozenset()) -> bool:
+    """Move a lease of parts (locked by the caller; one node's slices or shares) off where it
+    is, all its parts at once, onto parts the part placer chooses now, at the prices it pays;
+    rebind its nodes. False, changing nothing, when its parts fit nowhere else (its order is
+    what says what it bought; a lease without one stays)."""
+    order = getattr(lease, "order", None)
+    if order is None:
+        return False
+    now = timezone.now()
+    current = list(Allocation.objects.filter(lease=lease, period__contains=now)
+                   .values_list("gpu_id", "price_micros"))
+    paid = max((price for _, price in current), default=lease.price_micros)
+    try:
+        with transaction.atomic():
+            # its own parts count as free from now on: it may keep the ones still good
+            leasing.cut_allocations(lease=lease, at=now)
+            found = parts.find_parts(order, now, lease.ends_at, avoid_nodes, limit_micros=paid)
+            if isinstance(found, str):
+                raise leasing.GpusUnavailable(found)
+            onto = [replace(choice, price_micros=paid) for choice in found.choices()]
+            leasing.move_parts(lease=lease, onto=onto, at=now, reason=reason,
+                               left=[gpu for gpu, _ in current])
+    except leasing.GpusUnavailable:
+        return False
+    rebind(lease)
+    return True

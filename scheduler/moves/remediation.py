@@ -24,12 +24,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from market import leasing
+from market import leasing, parts
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
 from pool.models import Gpu, Node
 from scheduler.moves.free_gpus import FreeIndex, Slot
-from scheduler.moves.one_lease import Held, choose, held_by, move_off
+from scheduler.moves.one_lease import Held, choose, held_by, move_off, place_parts_again
 
 CHUNK = 50
 
@@ -74,6 +74,12 @@ def _remediate_chunk(chunk: list[int], index: FreeIndex) -> dict[int, str]:
         broken = {h.gpu_id for h in held[lease.pk] if h.broken}
         if not broken:
             outcome[lease.pk] = "moved"  # moved by an overlapping pass meanwhile
+            continue
+        if parts.is_parts_lease(lease):  # one node's parts: placed again, all together
+            if place_parts_again(lease=lease, reason="moved off failed GPUs"):
+                outcome[lease.pk] = "moved"
+            else:
+                stuck.append((lease, broken))
             continue
         chosen = choose(lease, held[lease.pk], broken, index)
         if chosen is None:

@@ -1,4 +1,5 @@
 from billing.services import balances_of
+from market import prices
 from market.models import Lease, Order
 
 ORDER = {"gpu_model": "H100-80GB", "gpus": "8", "hours": "2", "tier": "on_demand",
@@ -99,10 +100,13 @@ def test_gpus_are_listed_per_node_with_their_indexes_as_ranges():
 
     from web.views_tenant import gpu_list
 
-    allocations = [NS(gpu=NS(node=NS(hostname=host), index=index)) for host, index in
-                   [("n1", 0), ("n1", 1), ("n1", 2), ("n1", 5), ("n2", 3)]]
+    allocations = [NS(gpu=NS(node=NS(hostname=host), index=index), part="whole")
+                   for host, index in [("n1", 0), ("n1", 1), ("n1", 2), ("n1", 5), ("n2", 3)]]
+    parts = [NS(gpu=NS(node=NS(hostname="n3"), index=0), part="mig", mig_profile="1g.10gb"),
+             NS(gpu=NS(node=NS(hostname="n3"), index=1), part="share", span=NS(lower=0, upper=250))]
 
     assert gpu_list(allocations) == ["n1/0-2,5", "n2/3"]
+    assert gpu_list(parts) == ["n3/0 · 1g.10gb", "n3/1 · share 250/1000"]
 
 
 def test_leases_and_orders_are_paged_and_the_poll_keeps_the_page(tenant_web, tenant, provider):
@@ -134,4 +138,29 @@ def test_a_reserved_window_beyond_the_horizon_is_refused_next_to_the_field(tenan
 
     assert response.status_code == 400
     assert "must begin within 90 days" in response.content.decode()
+    assert not Order.objects.exists()
+
+
+def test_a_share_of_a_gpu_is_ordered_from_the_form_and_the_lease_says_which_part(
+        tenant_web, tenant, provider):
+    prices.set_prices(provider=provider, scope={"gpu_model": "H100-80GB"},
+                      price_micros=2_000_000, actor="test", shareable=True)
+
+    response = tenant_web.post("/app/", {**ORDER, "gpus": "1", "level": "",
+                                         "gpu_share": "250", "max_price": "1.00"})
+
+    assert response.status_code == 302
+    lease = Lease.objects.get(tenant=tenant)
+    assert (lease.gpu_share, lease.price_micros) == (250, 500_000)
+    page = tenant_web.get(f"/app/leases/{lease.pk}/").content.decode()
+    assert "1 × share 250/1000 of H100-80GB" in page
+    assert "· share 250/1000</div>" in page and "Price / share-h" in page
+
+
+def test_a_share_and_a_slice_at_once_is_shown_next_to_its_field(tenant_web, tenant, provider):
+    response = tenant_web.post("/app/", {**ORDER, "gpus": "1", "level": "",
+                                         "gpu_share": "250", "mig_profile": "1g.10gb"})
+
+    assert response.status_code == 400
+    assert 'id="id_gpu_share_error"' in response.content.decode()
     assert not Order.objects.exists()

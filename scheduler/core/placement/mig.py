@@ -78,6 +78,9 @@ MIG_MODELS: dict[str, dict[str, MigProfile]] = {
     "H200-141GB": _model(
         _names("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")
     ),
+    "B200-180GB": _model(
+        _names("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb")
+    ),
 }
 
 

@@ -38,6 +38,8 @@ PROVIDERS = [
     ("uni-hpc", "uni-h100", "H100-80GB", "uni-[01-32]",
      {"nodes": 32, "radix": 8, "tiers": 2, "prefix": "uni-", "rate_gbps": 400}, None),
 ]
+# providers that also sell MIG slices and shares of their GPUs (docs/parts.md)
+SELLS_PARTS = {"campus-gpus"}
 TENANTS = ["acme-ai", "beta-labs", "gamma-uni", "uni-physics", "uni-biology"]
 # `simulate_tenants` trades as these, never as an organisation a person logs in as, so the
 # numbers people read on their pages change only by what they do themselves
@@ -93,7 +95,8 @@ class Command(BaseCommand):
                 if price is not None and not GpuPrice.objects.filter(
                         gpu__node__provider=org, superseded_at__isnull=True).exists():
                     prices.set_prices(provider=org, scope={"fabric": fabric_name},
-                                      price_micros=price, actor="demo seed")
+                                      price_micros=price, actor="demo seed",
+                                      shareable=slug in SELLS_PARTS)
                 if org.provider_profile.state == ProviderProfile.State.PENDING:
                     accounts.change_provider_state(organization=org, to_state="verified",
                                                    actor="demo seed", reason="demonstration")
