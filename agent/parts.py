@@ -125,6 +125,8 @@ def check_part(part: Part) -> str:
             compute, _ = parse_profile_name(part.mig_profile or "")
         except MigError as error:
             return str(error)
+        if not legal_start(compute, 0):
+            return f"no MIG profile has {compute} compute slices ({part.mig_profile})"
         if not legal_start(compute, part.start if part.start is not None else -1):
             return f"{part.mig_profile} cannot start at memory slot {part.start}"
         return ""
