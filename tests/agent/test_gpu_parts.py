@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from agent import mig_check
 from agent.client import ApiClient, ServerTrouble
 from agent.fleet import Fleet, FleetOptions
 from agent.heartbeat import Action, parse_answer
@@ -416,3 +417,47 @@ def test_simulate_reports_devices_for_leases_with_parts(ibex):
                        {**SHARE, "enforced": True, "error": ""}]
     assert "devices" not in node.heartbeats[-1]
     assert f"CUDA_VISIBLE_DEVICES={devices[0]['uuid']},1" in node.log_lines("L-1")[0]
+
+
+# the device check script (python -m agent.mig_check)
+
+def test_the_mig_check_makes_and_destroys_a_slice_through_the_agent_saying_what_nvml_said(capsys):
+    nvml = FakeNvml()
+    assert mig_check.main(["--gpu", "1", "--start", "2"], nvml=nvml) == 0
+
+    out = capsys.readouterr().out
+    assert "MIG mode: current enabled, pending enabled" in out
+    assert "profile 1g.20gb: NVML id 15 (NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2)" in out
+    assert "  NVML nvmlDeviceCreateGpuInstanceWithPlacement: ok" in out
+    assert '"mig_profile": "1g.10gb", "start": 2, "uuid": "MIG-fake-1-1-0", "enforced": true' in out
+    assert "  NVML nvmlGpuInstanceDestroy: ok" in out
+    assert "GPU instance 1 is gone (nvmlDeviceGetGpuInstanceById: Not Found)" in out
+    assert nvml.slices(1) == [] and nvml.names()[-1] == "nvmlShutdown"
+
+
+def test_the_mig_check_leaves_mig_mode_off_unless_asked_and_reports_the_agents_answer(capsys):
+    nvml = FakeNvml(mig_enabled=False)
+    assert mig_check.main([], nvml=nvml) == 1
+
+    out = capsys.readouterr().out
+    assert "MIG mode is off; leaving it so" in out
+    assert '"enforced": false, "error": "MIG mode is not enabled on GPU 0"' in out
+    assert "nvmlDeviceSetMigMode" not in nvml.names()
+
+
+def test_the_mig_check_turns_mig_mode_on_and_off_again_when_asked(capsys):
+    nvml = FakeNvml(mig_enabled=False)
+    assert mig_check.main(["--enable-mig"], nvml=nvml) == 0
+
+    out = capsys.readouterr().out
+    assert "nvmlDeviceSetMigMode(enable): ok" in out and "nvmlDeviceSetMigMode(disable): ok" in out
+    assert nvml.mig_mode[0] == nvml.NVML_DEVICE_MIG_DISABLE
+
+
+def test_the_mig_check_prints_nvmls_refusal(capsys):
+    nvml = FakeNvml()
+    nvml.fail["nvmlDeviceCreateGpuInstanceWithPlacement"] = fake_nvml.NVML_ERROR_NO_PERMISSION
+    assert mig_check.main([], nvml=nvml) == 1
+    out = capsys.readouterr().out
+    assert "  NVML nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Permissions" in out
+    assert '"error": "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Permissions"' in out
