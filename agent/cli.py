@@ -21,8 +21,10 @@ from agent.fleet import Fleet, FleetOptions
 from agent.heartbeat import GpuSample
 from agent.ibports import ports_payload, read_ib_ports
 from agent.logship import LogShipper
+from agent.mig import MigControl
 from agent.node import NodeAgent
 from agent.nvml import NvmlUnavailable, open_nvml
+from agent.parts import NodeEnforcer, SimulatedEnforcer
 from agent.registration import register_or_rotate
 from agent.slurm.gateway import GatewayOptions, SlurmGateway
 from agent.slurm.scontrol import DEFAULT_GPU_MODELS
@@ -265,8 +267,11 @@ def command_run(args: argparse.Namespace) -> int:
         # its own HTTP session: a requests.Session is not shared between threads
         shipper = LogShipper(ApiClient(state.api, timeout_s=args.timeout), state.node_id, state.token,
                              runtime.log_sources)
-    read_gpus, close = simulated_gpu_reader(args.simulate_gpus) if args.simulate_gpus \
-        else gpu_reader()
+    if args.simulate_gpus:
+        read_gpus, close = simulated_gpu_reader(args.simulate_gpus)
+        enforcer = SimulatedEnforcer(state.hostname)
+    else:
+        read_gpus, close, enforcer = gpu_reader()
     stop = threading.Event()
     agent = NodeAgent(
         client=ApiClient(state.api, timeout_s=args.timeout),
@@ -278,6 +283,7 @@ def command_run(args: argparse.Namespace) -> int:
         stop=stop,
         runtime=runtime,
         shipper=shipper,
+        enforcer=enforcer,
     )
     sshd = SshServer(runtime.work_dir, runtime.leases_dir, runtime.address, args.ssh_port) \
         if args.runtime == "ssh" else None
@@ -310,13 +316,14 @@ def simulated_gpu_reader(count: int):
 
 
 def gpu_reader():
-    """NVML's reader where a driver is present; else a warning and no GPU readings."""
+    """NVML's reader and the parts' enforcer where a driver is present; else a warning, no GPU
+    readings, and MIG slices reported as not made (with NVML's reason)."""
     try:
         reader = open_nvml()
     except NvmlUnavailable as error:
         log.warning("no GPU readings: %s", error)
-        return (lambda: []), (lambda: None)
-    return reader.sample, reader.close
+        return (lambda: []), (lambda: None), NodeEnforcer(None, str(error))
+    return reader.sample, reader.close, NodeEnforcer(MigControl(reader.nvml, reader.handles))
 
 
 # simulate

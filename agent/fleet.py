@@ -171,6 +171,7 @@ class Fleet:
             host.sample(control), host.ib_ports(), host.leases,
             runtime={"kind": self.options.runtime, "address": host.hostname, "ssh_port": None},
             workloads=host.workload_reports() if pretend else None,
+            devices=host.parts.reports(),
         )
         try:
             answer = parse_answer(self.client().heartbeat(host.node_id, host.token, body))
@@ -187,6 +188,8 @@ class Fleet:
             log.info("%s: heartbeats get through again", host.hostname)
         host.failures = 0
         host.leases.apply(answer.actions, host.hostname)
+        host.parts.apply(answer.actions, host.hostname)
+        host.parts.release()  # nothing to destroy: a stopped lease's parts go at once
         if pretend:
             host.apply_workloads(answer.actions)
             self._ship_logs(host)

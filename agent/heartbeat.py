@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from agent.client import ServerTrouble
 from agent.launch import Launch, parse_launch
+from agent.parts import Part, parse_parts
 
 log = logging.getLogger("ibex-agent")
 
@@ -30,6 +31,7 @@ class Action:
     launch: Launch | None = None  # start: what to run, as docs/workloads.md says
     until: datetime | None = None  # notice: SIGKILL at this instant
     grace_s: float | None = None  # stop: seconds between SIGTERM and SIGKILL
+    parts: list[Part] | None = None  # start: MIG slices and shares; None: whole GPUs
 
 
 @dataclass
@@ -79,9 +81,11 @@ def heartbeat_body(
     workloads: list[dict] | None = None,
     wait_s: int | None = None,
     also_serving: set[str] | frozenset[str] = frozenset(),
+    devices: dict[str, list[dict]] | None = None,
 ) -> dict:
     """The heartbeat body; `also_serving` are leases still being torn down (kept in `serving`
-    until their processes are gone, as the server expects)."""
+    until their processes and GPU parts are gone, as the server expects); `devices` the
+    parts of the leases served with parts (left out when there are none)."""
     body: dict = {
         "gpus": [asdict(sample) for sample in gpus],
         "ib_ports": ib_ports,
@@ -93,6 +97,8 @@ def heartbeat_body(
         body["workloads"] = workloads
     if wait_s is not None:
         body["wait_s"] = wait_s
+    if devices:
+        body["devices"] = devices
     return body
 
 
@@ -114,6 +120,7 @@ def _action(item: dict) -> Action:
     launch = item.get("launch")
     until = item.get("until")
     grace_s = item.get("grace_s")
+    parts = item.get("parts")
     return Action(
         action=str(item["action"]),
         lease=str(item["lease"]),
@@ -121,6 +128,7 @@ def _action(item: dict) -> Action:
         launch=parse_launch(launch) if launch is not None else None,
         until=parse_instant(until) if until is not None else None,
         grace_s=max(0.0, float(grace_s)) if grace_s is not None else None,
+        parts=parse_parts(parts) if parts is not None else None,
     )
 
 

@@ -89,29 +89,92 @@ def launch_env(
     home: str,
     address: str,
     master_port: int,
+    devices: list[dict] | None = None,
+    mps_pipe_directory: str | None = None,
 ) -> dict[str, str]:
-    """Every variable the lease's command (and its SSH logins) sees, tenant's env included."""
+    """Every variable the lease's command (and its SSH logins) sees, tenant's env included.
+
+    `devices`: the lease's GPU parts as the heartbeat reports them (None: whole GPUs); then
+    CUDA_VISIBLE_DEVICES names the MIG devices and shared GPUs, and a share sets MPS's limits
+    (see `parts_env`)."""
     env = dict(launch.env)
+    visible, part_variables = parts_env(gpus, devices or [], mps_pipe_directory)
     env.update({
         "IBEX_LEASE_ID": lease_id(lease),
         "NODE_RANK": str(launch.node_rank),
         "NNODES": str(launch.nnodes),
-        "GPUS_PER_NODE": str(len(gpus)),
+        "GPUS_PER_NODE": str(len(visible)),
         "MASTER_ADDR": launch.master_addr or address,
         "MASTER_PORT": str(master_port),
         "IBEX_NODE_ADDRS": ",".join(launch.node_addrs or [address]),
-        "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in sorted(gpus)),
+        "CUDA_VISIBLE_DEVICES": ",".join(visible),
         "HOME": home,
         "USER": account,
         "LOGNAME": account,
         "PATH": ACCOUNT_PATH,
     })
+    if part_variables:  # a share's limits are ours, not the tenant's
+        for name in MPS_VARIABLES:
+            env.pop(name, None)
+        env.update(part_variables)
     hca = nccl_ib_hca(gpus, rails, gpus_on_node)
     if hca:
         env["NCCL_IB_HCA"] = hca
     else:
         env.pop("NCCL_IB_HCA", None)  # the tenant may not pick HCAs on a node that has none
     return env
+
+
+MPS_VARIABLES = ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                 "CUDA_MPS_PIPE_DIRECTORY")
+
+
+def parts_env(gpus: list[int], devices: list[dict],
+              mps_pipe_directory: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """(CUDA_VISIBLE_DEVICES' entries, MPS variables) for a lease's parts.
+
+    Visible: each part in the order of `parts` (a MIG slice by its `MIG-...` UUID, a share by
+    its GPU index), then the leased GPUs no part names, in index order. Shares set
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (share / 10, at least 1; the smallest share where a
+    lease has several: MPS takes one percentage per process) and
+    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (`<ordinal>=<memory_mib>M` per shared GPU, the ordinal
+    being its position in CUDA_VISIBLE_DEVICES, as the process's CUDA numbers devices), and
+    pass on CUDA_MPS_PIPE_DIRECTORY so the process finds the node's MPS control daemon.
+    """
+    visible: list[str] = []
+    limits: list[str] = []
+    shares: list[int] = []
+    named: set[int] = set()
+    for device in devices:
+        index = int(device["index"])
+        named.add(index)
+        entry = str(device.get("uuid") or "") if "mig_profile" in device else str(index)
+        if not entry or entry in visible:
+            continue
+        visible.append(entry)
+        if "share" in device:
+            shares.append(int(device["share"]))
+            limits.append(f"{len(visible) - 1}={int(device['memory_mib'])}M")
+    visible += [str(index) for index in sorted(set(gpus) - named)]
+    variables: dict[str, str] = {}
+    if shares:
+        variables["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, min(shares) // 10))
+        variables["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(limits)
+        if mps_pipe_directory:
+            variables["CUDA_MPS_PIPE_DIRECTORY"] = mps_pipe_directory
+    return visible, variables
+
+
+def unusable_parts(devices: list[dict] | None) -> str:
+    """Why a command cannot start on these parts ('' when it can): a MIG slice that was not
+    made leaves nothing to run on (never the whole GPU, which other leases' slices share).
+    A share that is not enforced still runs, unlimited, as the heartbeat reports."""
+    missing = [device for device in devices or [] if "mig_profile" in device and not device.get("uuid")]
+    if not missing:
+        return ""
+    device = missing[0]
+    return (f"MIG slice {device['mig_profile']} at slot {device['start']} of GPU {device['index']} "
+            f"is not set up: {device.get('error') or 'unknown error'}")
 
 
 def nccl_ib_hca(gpus: list[int], rails: list[IbPort], gpus_on_node: int) -> str | None:

@@ -15,6 +15,7 @@ from agent.client import ApiClient, ApiError, ServerTrouble, Unreachable
 from agent.errors import AgentError
 from agent.heartbeat import Answer, GpuSample, Leases, heartbeat_body, parse_answer, retry_delay
 from agent.logship import LogShipper
+from agent.parts import Enforcer, NodeEnforcer, PartsManager
 from agent.state import NodeState, save_state
 from agent.workloads import Runtime
 
@@ -40,6 +41,7 @@ class NodeAgent:
         stop: threading.Event | None = None,
         runtime: Runtime | None = None,
         shipper: LogShipper | None = None,
+        enforcer: Enforcer | None = None,
     ) -> None:
         self.client = client
         self.state = state
@@ -59,6 +61,12 @@ class NodeAgent:
             runtime.save = self.save
         if runtime and shipper:
             runtime.log_drained = shipper.drained
+        # MIG slices and shares; without an enforcer, slices are reported as not made
+        # (the runtime's lock: its thread saves the parts, the heartbeat asks it what runs)
+        self.parts = PartsManager(enforcer or NodeEnforcer(None), state.parts, self.save, self.lock)
+        if runtime:
+            runtime.devices_for = self.parts.devices_for
+            runtime.mps_pipe_directory = self.parts.enforcer.mps_pipe_directory()
 
     def wait_s(self) -> int:
         """How long the server may hold the answer: the interval (the held answer is the wait)."""
@@ -72,19 +80,25 @@ class NodeAgent:
         runtime = self.runtime
         if runtime:
             runtime.gpus_on_node = len(gpus)
+        self.parts.release(self._busy)
         body = heartbeat_body(
             gpus, self.read_ib_ports(), self.leases,
             runtime=runtime.descriptor() if runtime else None,
             workloads=runtime.reports() if runtime else None,
             wait_s=self.wait_s() if hold else None,
-            also_serving=runtime.tearing_down() if runtime else frozenset(),
+            also_serving=(runtime.tearing_down() if runtime else set()) | self.parts.tearing_down(),
+            devices=self.parts.reports(),
         )
         answer = parse_answer(self.client.heartbeat(self.state.node_id, self.state.token, body))
         who = self.state.hostname
         leases_changed = self.leases.apply(answer.actions, who)
+        # parts first: the runtime starts the lease's command on them
+        parts_changed = self.parts.apply(answer.actions, who)
         launched = runtime.apply(answer.actions) if runtime else False
-        # news the server waits for (what we serve, a generation, rank 0's port): tell it now
-        self.news = leases_changed or launched
+        parts_changed |= self.parts.release(self._busy)  # e.g. no command ran: at once
+        # news the server waits for (what we serve, a generation, rank 0's port, the
+        # devices of a lease's parts): tell it now
+        self.news = leases_changed or launched or parts_changed
         if answer.interval_s and answer.interval_s > 0 and answer.interval_s != self.interval_s:
             log.info("%s: heartbeat interval is now %g s", who, answer.interval_s)
             self.interval_s = answer.interval_s
@@ -95,11 +109,16 @@ class NodeAgent:
             self.save()
         return answer
 
+    def _busy(self, lease: str) -> bool:
+        """Whether a lease's processes may still run on its GPU parts."""
+        return self.runtime.holds(lease) if self.runtime else False
+
     def save(self) -> None:
         with self.lock:
             self.state.serving = dict(self.leases.serving)
             if self.runtime:
                 self.state.workloads = self.runtime.snapshot()
+            self.state.parts = self.parts.snapshot()
             save_state(self.state_path, self.state)
 
     def run_forever(self) -> None:

@@ -8,6 +8,7 @@ What NVML gives and what it does not:
   and counts those it receives from its start; so the count restarts at 0 with the agent and
   misses XIDs raised while it was not running (the kernel log, `NVRM: Xid`, has the full
   history). Where events are not supported, it reports 0.
+- Utilisation is 0 on a GPU in MIG mode (NVML does not measure it there).
 - A GPU NVML can no longer read (e.g. fallen off the bus) reports 0 °C, 0 %, 0 MiB, its last
   ECC count, and one more XID error than before.
 """
@@ -109,7 +110,7 @@ class NvmlReader:
         nvml = self.nvml
         try:
             temperature = nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
-            utilization = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+            utilization = self._utilization(handle)
             memory_used = nvml.nvmlDeviceGetMemoryInfo(handle).used // 2**20
         except nvml.NVMLError as error:
             if index not in self.unreadable:
@@ -121,6 +122,17 @@ class NvmlReader:
         self.ecc_last[index] = self._ecc_errors(handle)
         return GpuSample(index, int(temperature), int(utilization), int(memory_used),
                          self.ecc_last[index], self.xid_counts[index])
+
+    def _utilization(self, handle) -> int:
+        """0 where NVML does not measure it: a GPU in MIG mode answers Not Supported, which
+        is no sign of a failing GPU."""
+        nvml = self.nvml
+        try:
+            return int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except nvml.NVMLError as error:
+            if isinstance(error, getattr(nvml, "NVMLError_NotSupported", ())):
+                return 0
+            raise
 
     def _ecc_errors(self, handle) -> int:
         nvml = self.nvml

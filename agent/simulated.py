@@ -13,6 +13,11 @@ The control file is JSON, re-read every cycle and on SIGUSR1:
     {"fail_gpus": {"gpu03": [2]}, "degrade_gpus": {"gpu04": [1]}, "stop_heartbeats": ["gpu05"]}
 A host in `stop_heartbeats` sends nothing until it is taken out again.
 
+Parts of GPUs (a `start` with `parts`) are reported in `devices` like a real node's: every
+valid part enforced, a MIG slice with a deterministic `MIG-<uuid>` (the same for the same host,
+GPU, profile and start on every run); an invalid one (a share of 0, a 1g slice at slot 7) not
+enforced, with the reason.
+
 Workloads (`--runtime process`, the default) are pretended, never run: a `start` with a command
 is reported `running` at once (rank 0 reports MASTER_PORT 29500), a few log lines say what
 would run, and it `exited` with code 0 after the launch env's IBEX_SIMULATED_SECONDS (without
@@ -33,6 +38,7 @@ from agent.errors import AgentError
 from agent.heartbeat import Action, GpuSample, Leases, iso_utc
 from agent.ibports import IbPort
 from agent.launch import Launch, launch_env
+from agent.parts import PartsManager, SimulatedEnforcer
 
 SIMULATED_MASTER_PORT = 29500
 SIGTERM_EXIT_CODE = 128 + 15
@@ -165,6 +171,8 @@ class SimulatedHost:
         self.failures = 0  # heartbeats failed in a row
         self.stopped = False  # the server refused our token: this node is done
         self.workloads: dict[str, SimulatedWorkload] = {}
+        # MIG slices and shares: reported enforced, slices with deterministic MIG-<uuid>s
+        self.parts = PartsManager(SimulatedEnforcer(hostname))
 
     def gpu_uuid(self, index: int) -> str:
         return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{self.hostname}/{index}')}"
@@ -237,7 +245,7 @@ class SimulatedHost:
         rails = [IbPort(f"mlx5_{rail}", 1, "active", 400) for rail in range(self.gpu_count)]
         account = f"ibex-l{lease}"
         env = launch_env(lease, launch, gpus, rails, self.gpu_count, account, f"/home/{account}",
-                         self.hostname, port)
+                         self.hostname, port, self.parts.devices_for(lease))
         seconds = launch.env.get("IBEX_SIMULATED_SECONDS")
         try:
             ends_at = time.time() + float(seconds) if seconds else None

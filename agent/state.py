@@ -30,6 +30,9 @@ class NodeState:
     # lease id -> what the runtime runs for it (agent.workloads.Workload as a dict); kept here
     # so a restarted agent finds its supervisors again instead of starting a command twice
     workloads: dict[str, dict] = field(default_factory=dict)
+    # lease id -> its GPU parts (agent.parts: {"devices": [...], "releasing"}); kept here so a
+    # restarted agent still reports them and destroys its MIG slices when the lease ends
+    parts: dict[str, dict] = field(default_factory=dict)
 
 
 def save_state(path: Path, state: NodeState) -> None:
@@ -64,6 +67,7 @@ def load_state(path: Path) -> NodeState:
             heartbeat_interval_s=data.get("heartbeat_interval_s"),
             serving={str(k): list(v) for k, v in (data.get("serving") or {}).items()},
             workloads={str(k): dict(v) for k, v in (data.get("workloads") or {}).items()},
+            parts={str(k): dict(v) for k, v in (data.get("parts") or {}).items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         raise AgentError(f"{path} lacks api, node_id, token or hostname; run 'ibex-agent register' again") from None

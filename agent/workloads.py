@@ -32,7 +32,7 @@ from agent.errors import AgentError
 from agent.heartbeat import Action, iso_utc
 from agent.homes import remove_files_of, write_login_files
 from agent.ibports import IbPort
-from agent.launch import Launch, free_port, launch_env, parse_launch
+from agent.launch import Launch, free_port, launch_env, parse_launch, unusable_parts
 from agent.processes import group_alive, is_supervisor, kill_uid, signal_group
 
 log = logging.getLogger("ibex-agent")
@@ -116,6 +116,9 @@ class Runtime:
         self.workloads = _workloads_from(records or {})
         self.supervisors: dict[str, subprocess.Popen] = {}  # ours to reap (not after a restart)
         self.log_drained: Callable[[str], bool] = lambda lease: True
+        # the lease's GPU parts (agent.parts.PartsManager.devices_for; None: whole GPUs)
+        self.devices_for: Callable[[str], list[dict] | None] = lambda lease: None
+        self.mps_pipe_directory: str | None = None
         self._warned: set[str] = set()
 
     @property
@@ -148,6 +151,11 @@ class Runtime:
     def reports(self) -> list[dict]:
         with self.lock:
             return [w.report() for _, w in sorted(self.workloads.items()) if w.has_command]
+
+    def holds(self, lease: str) -> bool:
+        """Whether anything of the lease (a process, its account) may still be on the node."""
+        with self.lock:
+            return lease in self.workloads
 
     def tearing_down(self) -> set[str]:
         """Leases stopped by the server whose processes or files are not gone yet."""
@@ -241,6 +249,9 @@ class Runtime:
         self.save()
 
     def _prepare_and_spawn(self, w: Workload, launch: Launch) -> None:
+        devices = self.devices_for(w.lease)
+        if launch.command is not None and (problem := unusable_parts(devices)):
+            raise AgentError(problem)
         account = ensure_account(w.lease, self.leases_dir)
         workdir = account.home / launch.workdir if launch.workdir else account.home
         make_dir_as(account, workdir)
@@ -250,7 +261,7 @@ class Runtime:
         if launch.node_rank == 0:
             w.master_port = port
         env = launch_env(w.lease, launch, w.gpus, self.rails(), self.gpus_on_node, account.name,
-                         str(account.home), self.address, port)
+                         str(account.home), self.address, port, devices, self.mps_pipe_directory)
         write_login_files(account, env, workdir, launch.ssh_keys if self.kind == "ssh" else None)
         if launch.command is None:
             return

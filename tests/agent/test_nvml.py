@@ -103,3 +103,21 @@ def test_inventory_for_registration():
 
 def test_module_imports_no_nvml_at_import_time():
     assert "pynvml" not in vars(nvml)
+
+
+class NotSupported(NVMLError):
+    pass
+
+
+def test_a_gpu_in_mig_mode_reads_0_percent_busy_not_failed():
+    fake = fake_pynvml(lost=set())
+    fake.NVMLError_NotSupported = NotSupported
+
+    def no_utilization(handle):
+        raise NotSupported("Not Supported")  # what NVML answers for a GPU in MIG mode
+
+    fake.nvmlDeviceGetUtilizationRates = no_utilization
+    samples = NvmlReader(fake).sample()
+
+    assert [(s.temperature_c, s.utilization_pct, s.memory_used_mib, s.xid_errors) for s in samples] == \
+        [(41, 0, 2048, 0), (41, 0, 2048, 0)]
