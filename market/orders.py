@@ -180,6 +180,8 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
         if existing is not None:
             return existing
     work = work_of(request)  # refused before anything is looked up or written
+    if request.is_parts:
+        _check_parts(request)
     target = None
     if request.pool:
         target = pool_orders.resolve_target(

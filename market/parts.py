@@ -9,19 +9,25 @@ any part is not sold whole (the whole-GPU markets see only GPUs with no allocati
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.core.cache import cache
 from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
 
+from billing.core.money import divide_rounded
 from fabric.core.locality import Locality, NodeKey
 from market import leasing
 from market.core.parts import (
     POSITION_SPAN,
+    WHOLE,
+    MixItem,
     PartGpu,
     PartRequest,
     PlacedPart,
+    mix_of,
     share_memory_mib,
     share_price_micros,
     slice_price_micros,
@@ -66,12 +72,35 @@ class FoundParts:
         return Locality.of([self.key]).to_json()
 
     def price_micros(self, limit_micros: int) -> int:
-        return min(max(p.price_micros for p in self.parts), limit_micros)
+        prices = [p.price_micros for p in self.parts]
+        return min(divide_rounded(sum(prices), len(prices)), limit_micros)
 
 
 def part_of(placed: PlacedPart) -> leasing.Part:
     kind = "mig" if placed.mig_profile else "share"
     return leasing.Part(kind=kind, span=placed.span, mig_profile=placed.mig_profile)
+
+
+MIX_WINDOW = timedelta(days=7)
+MIX_ORDERS = 2000
+MIX_CACHE_S = 60
+
+
+def recent_mix() -> tuple[MixItem, ...]:
+    """The mix of requests the market expects, learnt from its latest orders of the past week
+    (whole GPUs count as 1000 thousandths each order, shares as their size; slices are placed
+    by position, not by this mix): what a share's fragmentation is measured against. Empty
+    while there are too few orders to learn from (the placer's default mix then)."""
+    cached = cache.get("ibex:parts-mix")
+    if cached is not None:
+        return tuple(MixItem(*item) for item in cached)
+    rows = list(Order.objects.filter(created_at__gte=timezone.now() - MIX_WINDOW,
+                                     pool__isnull=True, mig_profile="")
+                .order_by("-created_at").values_list("gpu_share", flat=True)[:MIX_ORDERS])
+    counts = Counter(share or WHOLE for share in rows)
+    mix = mix_of(counts) if len(rows) >= 20 else ()
+    cache.set("ibex:parts-mix", [list(item) for item in mix], MIX_CACHE_S)
+    return mix
 
 
 def part_gpus(order: Order, start: datetime, end: datetime, runtimes: frozenset[str] | None,
@@ -123,7 +152,9 @@ def find_parts(order: Order, start: datetime, end: datetime,
     """Place the order's parts on the GPUs free over [start, end) now (within its price
     limit, or `limit_micros`; on nodes that can run what it asks), or why they fit nowhere."""
     gpus, keys = part_gpus(order, start, end, leasing.runtimes_of(order), avoid_nodes)
-    placed = part_placer()(gpus, part_request(order, limit_micros))
+    request = part_request(order, limit_micros)
+    mix = recent_mix() if request.share is not None else ()
+    placed = part_placer()(gpus, request, mix) if mix else part_placer()(gpus, request)
     if not placed.placed:
         return placed.reason
     return FoundParts(key=keys[placed.node], gpu_model=placed.model, parts=placed.parts)

@@ -65,12 +65,13 @@ def _no_rate_limit_history():
     in Redis, shared by the whole run, and without this a test's anonymous sign-up was refused
     (429) whenever the tests before it, in the same minute, had spent the address's allowance.
     Nor with placement hints of leases of earlier tests (`ibex:lease-avoid:<id>`): the
-    database starts lease ids again, Redis does not."""
+    database starts lease ids again, Redis does not; nor with the mix of orders earlier tests
+    placed (`ibex:parts-mix`)."""
     from django.core.cache import cache
 
     try:
         client = cache._cache.get_client(write=True)
-        stale = [key for pattern in ("throttle_*", "ibex:lease-avoid:*")
+        stale = [key for pattern in ("throttle_*", "ibex:lease-avoid:*", "ibex:parts-mix")
                  for key in client.scan_iter(match=cache.make_key(pattern))]
         if stale:
             client.delete(*stale)

@@ -10,9 +10,9 @@ both rounded by IBEX's one rule (half to even).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from billing.core.money import divide_rounded
 from market.core.whatif import InvalidInput
@@ -127,5 +127,23 @@ def gpu_fraction(mig_profile: str, share: int | None) -> tuple[int, int]:
     return 1, 1
 
 
+class MixItem(NamedTuple):
+    """One kind of request the market expects, with its share of recent orders (the shape
+    of `scheduler.core.placement.shared.MixItem`, which FGD's measure reads)."""
+
+    gpu_milli: int  # 1000: a whole GPU
+    memory_mib: int
+    weight: float
+
+
+def mix_of(counts: Mapping[int, int]) -> tuple[MixItem, ...]:
+    """Thousandths asked (1000 a whole GPU) → orders: the mix, weighted by count. A share's
+    memory is its thousandths of the card's, so compute alone decides whether it fits."""
+    total = sum(counts.values())
+    return tuple(MixItem(milli, 0, count / total) for milli, count in sorted(counts.items())
+                 if count > 0)
+
+
 class PartPlacer(Protocol):
-    def __call__(self, gpus: list[PartGpu], request: PartRequest) -> PartsPlacement: ...
+    def __call__(self, gpus: list[PartGpu], request: PartRequest,
+                 mix: Sequence[MixItem] = ...) -> PartsPlacement: ...

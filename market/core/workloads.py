@@ -56,6 +56,9 @@ RESERVED_ENV_PREFIX = "IBEX_"
 RESERVED_ENV = frozenset({
     "NODE_RANK", "NNODES", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA",
+    # how a share of a GPU is held (docs/parts.md): the agent sets them
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "CUDA_MPS_PIPE_DIRECTORY",
 })
 # the one IBEX_* name a tenant sets: how long a simulated agent pretends the command runs
 SIMULATED_SECONDS_ENV = "IBEX_SIMULATED_SECONDS"

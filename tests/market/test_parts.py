@@ -3,6 +3,7 @@
 import threading
 
 import pytest
+from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange, NumericRange
 from django.utils import timezone
@@ -11,6 +12,8 @@ from billing import services as money
 from billing.models import Hold
 from market import auctions, prices
 from market.models import Allocation, Lease, Order
+from market.orders import OrderError, OrderRequest, place_order
+from market.parts import recent_mix
 from pool.models import Gpu, Node
 from tests.factories import client_for, make_org
 from tests.market.inventory import gpus_of, provider_with_nodes
@@ -186,6 +189,16 @@ def test_a_malformed_order_for_parts_is_a_400_naming_the_fields_and_changes_noth
     assert Order.objects.count() == 0 and Lease.objects.count() == 0
 
 
+def test_parts_are_not_lent_by_private_pools(provider, tenant_client, tenant):
+    with pytest.raises(OrderError) as refused:
+        place_order(tenant=tenant, actor="test", request=OrderRequest(
+            gpu_models=["H100-80GB"], gpus=1, gpu_share=250, hours=1, tier="on_demand",
+            max_price_micros=0, pool="any-pool"))
+
+    assert refused.value.field == "pool" and "public market" in refused.value.message
+    assert Order.objects.count() == 0
+
+
 def test_a_mig_profile_no_ordered_model_has_is_a_400(provider, tenant_client):
     response = order(tenant_client, SLICE, mig_profile="1g.5gb")
 
@@ -290,3 +303,18 @@ def test_racing_share_orders_never_oversell_a_gpu(provider):
     assert sorted(results) == ["filled", "filled", "refused", "refused"]
     spans = [a.span for a in Allocation.objects.all()]
     assert sum(s.upper - s.lower for s in spans) == 800
+
+
+def test_the_mix_shares_are_placed_against_is_learnt_from_recent_orders(provider, tenant):
+    for _ in range(15):
+        Order.objects.create(tenant=tenant, gpu_models=["H100-80GB"], gpus=1, gpu_share=250,
+                             hours=1, tier="on_demand", max_price_micros=1)
+    assert recent_mix() == ()  # too few orders to learn from: the placer's own mix
+    cache.delete("ibex:parts-mix")
+    for _ in range(5):
+        Order.objects.create(tenant=tenant, gpu_models=["H100-80GB"], gpus=8, hours=1,
+                             tier="on_demand", max_price_micros=1)
+
+    mix = recent_mix()
+
+    assert [(item.gpu_milli, item.weight) for item in mix] == [(250, 0.75), (1000, 0.25)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from market.core.parts import (
     POSITION_SPAN,
@@ -74,7 +75,7 @@ def choose_parts(gpus: Sequence[PartGpu], request: PartRequest,
     best: tuple | None = None
     for node, node_gpus in by_node.items():
         found = (_slices_on_node(node_gpus, request) if request.mig_profile
-                 else _shares_on_node(node_gpus, request, mix))
+                 else _shares_on_node(node_gpus, request, tuple(mix)))
         if found is None:
             continue
         parts, score = found
@@ -104,6 +105,21 @@ def _slice_mask(gpu: PartGpu) -> int | None:
     return mask
 
 
+@lru_cache(maxsize=4096)
+def _best_start(mask: int, profile: MigProfile) -> tuple[int, int] | None:
+    """(minus the largest free run left, start) of the legal start that leaves the largest
+    free run, the lowest on a tie; None when no legal start is free. (Most GPUs share a few
+    masks: cached.)"""
+    best = None
+    for start in profile.starts:
+        bits = ((1 << profile.slices) - 1) << start
+        if not mask & bits:
+            key = (-largest_free_run(mask | bits), start)
+            if best is None or key < best:
+                best = key
+    return best
+
+
 def _slices_on_node(gpus: list[PartGpu], request: PartRequest) -> tuple[list, tuple] | None:
     """`count` slices on this node's GPUs, one at a time, each to the cheapest GPU, broken
     before whole, at the start leaving the largest free run; None when they do not all fit."""
@@ -119,16 +135,16 @@ def _slices_on_node(gpus: list[PartGpu], request: PartRequest) -> tuple[list, tu
             if profile is None or price is None or mask is None or not _affordable(price,
                                                                                     request):
                 continue
-            for start in profile.starts:
-                bits = ((1 << profile.slices) - 1) << start
-                if mask & bits:
-                    continue
-                key = (price, mask == 0, -largest_free_run(mask | bits), gpu.index, start)
-                if choice is None or key < choice[0]:
-                    choice = (key, gpu, profile, start, bits, price)
+            best = _best_start(mask, profile)
+            if best is None:
+                continue
+            key = (price, mask == 0, best[0], gpu.index, best[1])
+            if choice is None or key < choice[0]:
+                choice = (key, gpu, profile, best[1], price)
         if choice is None:
             return None
-        _, gpu, profile, start, bits, price = choice
+        _, gpu, profile, start, price = choice
+        bits = ((1 << profile.slices) - 1) << start
         broken_whole += masks[gpu.id] == 0
         masks[gpu.id] |= bits
         cost += price
@@ -143,7 +159,7 @@ def _slices_on_node(gpus: list[PartGpu], request: PartRequest) -> tuple[list, tu
 
 
 def _shares_on_node(gpus: list[PartGpu], request: PartRequest,
-                    mix: Sequence[MixItem]) -> tuple[list, tuple] | None:
+                    mix: tuple[MixItem, ...]) -> tuple[list, tuple] | None:
     """`count` shares on distinct GPUs of this node, each to the GPU whose fragmentation
     against `mix` grows least (cheapest first); None when fewer GPUs can take one."""
     share = request.share or 0
@@ -156,10 +172,8 @@ def _shares_on_node(gpus: list[PartGpu], request: PartRequest,
         if run is None:
             continue
         free = WHOLE - sum(upper - lower for lower, upper in gpu.shares)
-        memory = gpu.memory_mib * free // WHOLE
-        growth = (fragmentation(free - share, memory - share_memory_mib(gpu.memory_mib, share),
-                                mix) - fragmentation(free, memory, mix))
-        candidates.append(((price, round(growth, 9), free - share, gpu.index), gpu, run, price))
+        growth = _growth(free, gpu.memory_mib, share, mix)
+        candidates.append(((price, growth, free - share, gpu.index), gpu, run, price))
     if len(candidates) < request.count:
         return None
     chosen = sorted(candidates, key=lambda c: c[0])[:request.count]
@@ -173,7 +187,16 @@ def _shares_on_node(gpus: list[PartGpu], request: PartRequest,
     return parts, (cost, growth, whole_broken, left)
 
 
-def _narrowest_run(taken: Sequence[Span], width: int) -> Span | None:
+@lru_cache(maxsize=4096)
+def _growth(free: int, memory_mib: int, share: int, mix: tuple[MixItem, ...]) -> float:
+    """How much a share of `share` grows a GPU's fragmentation against `mix` (FGD)."""
+    memory = memory_mib * free // WHOLE
+    return round(fragmentation(free - share, memory - share_memory_mib(memory_mib, share), mix)
+                 - fragmentation(free, memory, mix), 9)
+
+
+@lru_cache(maxsize=4096)
+def _narrowest_run(taken: tuple[Span, ...], width: int) -> Span | None:
     runs = [r for r in free_runs(taken) if r[1] - r[0] >= width]
     return min(runs, key=lambda r: (r[1] - r[0], r[0])) if runs else None
 
@@ -366,7 +389,7 @@ def _room_for(part: HeldPart, gpu: PartGpu, there: list[HeldPart]):
     if slices or any(p.lease == part.lease for p in shares):
         return None  # no shares beside slices; a lease's shares on distinct GPUs
     width = part.span[1] - part.span[0]
-    run = _narrowest_run([p.span for p in shares], width)
+    run = _narrowest_run(tuple(sorted(p.span for p in shares)), width)
     if run is None:
         return None
     free = WHOLE - sum(p.span[1] - p.span[0] for p in shares) - width
