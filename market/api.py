@@ -17,7 +17,7 @@ from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.pagination import CursorPagination
 from ibex.api.throttles import OrderThrottle
-from market import leasing, orders, prices
+from market import leasing, orders, parts, prices
 from market.core.workloads import MAX_SLURM_ACCOUNT_CHARS
 from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
 from pool import workloads as pool_workloads
@@ -238,9 +238,7 @@ class LeaseSerializer(serializers.ModelSerializer):
         held = in_force(lease)
         if not lease.mig_profile and lease.gpu_share is None:
             return [{"node": a.gpu.node.hostname, "index": a.gpu.index} for a in held]
-        return pool_workloads.parts_view(
-            [(a.gpu.node.hostname, a.gpu.index, a.mig_profile, a.span.lower, a.span.upper)
-             for a in held], self._bindings(lease))
+        return pool_workloads.parts_view(parts.part_rows(held), self._bindings(lease))
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_ended_at(self, lease):

@@ -164,6 +164,13 @@ def is_parts_lease(lease) -> bool:
     return bool(lease.mig_profile) or lease.gpu_share is not None
 
 
+def part_rows(allocations) -> list[tuple[str, int, str, int, int]]:
+    """Allocations (with gpu__node) → (hostname, GPU index, MIG profile, span lower, upper),
+    as `pool.workloads.parts_view` reads them."""
+    return [(a.gpu.node.hostname, a.gpu.index, a.mig_profile, a.span.lower, a.span.upper)
+            for a in allocations]
+
+
 def bindings_of(allocations) -> tuple[dict[int, list[int]], dict[int, list[dict]]]:
     """What a lease's nodes are bound to, from its allocations (a queryset): node id → GPU
     indexes, and node id → its parts as the agent enforces them (docs/workloads.md)."""

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fabric.core.locality import Locality
-from market import leasing, orders
+from market import leasing, orders, parts
 from market.leasing import ENDED, allocation_key, allocations_in_force_with_places
 from market.models import Lease, Order
 from pool import workloads as pool_workloads
@@ -45,7 +45,7 @@ def _sla(lease: Lease) -> dict:
 def _lease_context(lease: Lease) -> dict:
     now = timezone.now()
     allocations = list(allocations_in_force_with_places().filter(lease=lease))
-    context = {"lease": lease, "ended": lease.state in ENDED, "gpus": gpu_list(allocations),
+    context = {"lease": lease, "ended": lease.state in ENDED, "gpus": _gpus(lease, allocations),
                "locality": Locality.of(map(allocation_key, allocations)).to_json(),
                "events": lease.events.all(), "sla": _sla(lease), "now": now,
                "max_extend_hours": MAX_EXTEND_HOURS}
@@ -53,6 +53,24 @@ def _lease_context(lease: Lease) -> dict:
         left = (lease.preempt_at - now).total_seconds()
         context["preempt_in"] = countdown(left)
     return {**context, **_workload_context(lease)}
+
+
+def _gpus(lease: Lease, allocations: list) -> list[str]:
+    """The GPUs as `node/0-7`; a lease of parts part by part, with what its node made of it
+    (`node/3 · 1g.10gb · MIG-…`, `node/3 · share 250/1000 · not enforced: why`)."""
+    if not lease.mig_profile and lease.gpu_share is None:
+        return gpu_list(allocations)
+    bindings = pool_workloads.bindings_by_lease([lease.reference])[lease.reference]
+    listed = []
+    for part in pool_workloads.parts_view(parts.part_rows(allocations), bindings):
+        line = f"{part['node']}/{part['index']} · " + (
+            part.get("mig_profile") or f"share {part['share']}/1000")
+        if part["enforced"] is False:
+            line += f" · not enforced: {part['error']}"
+        elif part["device"]:
+            line += f" · {part['device']}"
+        listed.append(line)
+    return listed
 
 
 def _workload_context(lease: Lease) -> dict:
