@@ -33,6 +33,7 @@ from scheduler.core.placement import (  # noqa: E402
     choose_shared_gpu,
     fragmentation,
 )
+from scheduler.core.placement.fgd import Demand, FragmentationScorer, NodeFree  # noqa: E402
 from scheduler.core.placement.shared import best_fit_shared_gpu  # noqa: E402
 
 NODES, GPUS_PER_NODE, LEAF_SIZE, SPINE_SIZE = 12_500, 8, 16, 16
@@ -154,6 +155,7 @@ def main() -> None:
           f"{(placed + refused) / elapsed:,.0f} requests/s "
           f"({placed} placed, {refused} refused in {elapsed:.1f} s; target >= 2,000/s)")
     shared_gpu_report()
+    fgd_report(nodes)
 
 
 def shared_gpu_churn(chooser, seed: int, gpu_count: int = 40, steps: int = 2000):
@@ -184,6 +186,19 @@ def shared_gpu_churn(chooser, seed: int, gpu_count: int = 40, steps: int = 2000)
             used += item.gpu_milli
             live.append((gpu, item.gpu_milli, item.memory_mib))
     return statistics.mean(frag_samples), statistics.mean(whole_samples)
+
+
+def fgd_report(nodes: list[Node]) -> None:
+    """FGD's node choice (`fgd.py`, used by the simulator) for a one-GPU request scanning
+    every node of the snapshot: the first call (nothing memoised) and later ones."""
+    mix = [Demand(1, weight=4), Demand(2, weight=2), Demand(4), Demand(8), Demand(1, 500)]
+    candidates = [(node.name, NodeFree(node.gpu_model, (1000,) * node.free_gpus, 64_000,
+                                       512_000)) for node in nodes if node.free_gpus]
+    scorer = FragmentationScorer(mix)
+    cold_s, _ = timed(lambda: scorer.choose(candidates, Demand(1)), 1)
+    warm_s, _ = timed(lambda: scorer.choose(candidates, Demand(1)), 20)
+    print(f"FGD node choice, 1 GPU over {len(candidates):,} nodes: first {cold_s * 1000:.1f} ms, "
+          f"then {warm_s * 1000:.1f} ms (not in the engine's path; see docs/benchmarks.md)")
 
 
 def shared_gpu_report() -> None:

@@ -82,6 +82,8 @@ class ClusterState:
         self.total_gpus = cluster.total_gpus
         self.allocated_milli = 0  # GPUs in use, in thousandths
         self.version = 0  # changes whenever something is taken or given back
+        # per node, so a policy can keep what it computed for the nodes nothing touched
+        self.node_version = {node.name: 0 for node in cluster.nodes}
 
     # --- questions -----------------------------------------------------------------
 
@@ -199,7 +201,7 @@ class ClusterState:
             self.slots[shared.node][shared.slot] -= shared.milli
             assert self.slots[shared.node][shared.slot] >= 0, f"GPU over-shared on {shared.node}"
             self.allocated_milli += shared.milli
-        self.version += 1
+        self.touch(allocation)
         return allocation
 
     def give_back(self, allocation: Allocation) -> None:
@@ -218,7 +220,13 @@ class ClusterState:
             if slots[shared.slot] == WHOLE:  # the last share left: a whole GPU again
                 del slots[shared.slot]
                 self.index.release({shared.node: 1})
+        self.touch(allocation)
+
+    def touch(self, allocation: Allocation) -> None:
         self.version += 1
+        for name in {*allocation.whole, *allocation.cpu, *allocation.memory,
+                     *([allocation.shared.node] if allocation.shared else [])}:
+            self.node_version[name] += 1
 
     # --- measures --------------------------------------------------------------------
 

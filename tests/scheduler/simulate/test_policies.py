@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.simulate.policies import BestFit, FirstFit, RandomFit, workload_mix
+from scheduler.simulate.policies import BestFit, FirstFit, RandomFit, workload_demands, workload_mix
 from scheduler.simulate.state import ClusterState
 from tests.scheduler.simulate.builders import cluster, job, node, two_leaves
 
@@ -125,3 +125,21 @@ def test_a_share_goes_where_fragmentation_grows_least():
     mix = workload_mix([job("x", gpus=1, milli=500), job("y", gpus=1, milli=200)])
     [allocation] = busy(state, BestFit(mix), job("s", gpus=1, milli=200))
     assert allocation.shared.slot == opened[1].shared.slot
+
+
+def test_with_a_mix_best_fit_chooses_the_node_by_fragmentation():
+    # two-GPU jobs make up the mix: a one-GPU job goes to the 4-GPU node, not the tighter
+    # 2-GPU one whose last GPU would then be stranded
+    state = ClusterState(cluster(node("small", gpus=2), node("big", gpus=4)))
+    policy = BestFit((), workload_demands([job("pair", gpus=2)]))
+    [allocation] = busy(state, policy, job("a", gpus=1))
+    assert allocation.whole == {"big": 1}
+
+
+def test_with_a_mix_a_multi_node_job_keeps_the_fewest_leaves():
+    # fragmentation would rather break nothing, but the 8-GPU job still takes all of leaf l2
+    state = ClusterState(two_leaves())
+    busy(state, FirstFit(), job("x", gpus=2))
+    policy = BestFit((), workload_demands([job("one", gpus=1), job("four", gpus=4)]))
+    [allocation] = busy(state, policy, job("a", gpus=8))
+    assert sorted(allocation.whole) == ["n3", "n4"]
