@@ -59,6 +59,12 @@ def simulate_parser() -> Parser:
     parser.add_argument("--plot")
     parser.add_argument("--backfill-depth", type=int, default=DEFAULT_BACKFILL_DEPTH)
     parser.add_argument("--locality", choices=LOCALITY_RULES, default="pod")
+    parser.add_argument("--compact-slack", type=int, default=None,
+                        help="replay: a job spanning nodes waits for a shape on at most this "
+                             "many leaves over its fewest (up to --compact-patience hours)")
+    parser.add_argument("--compact-patience", type=float, default=24.0,
+                        help="hours a job spanning nodes may be held for a compact shape, "
+                             "from when it could first have started spread")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="divide every submit time by this (40: the trace arrives 40 "
                              "times faster, run times unchanged)")
@@ -199,8 +205,14 @@ def run_simulation(args: argparse.Namespace) -> int:
                    f"mean wait {result['wait_s']['mean']:.0f} s")
     elif args.mode == "replay":
         result["backfill_depth"] = args.backfill_depth
+        if args.compact_slack is not None:
+            if args.compact_slack < 0 or args.compact_patience < 0:
+                raise UsageError("--compact-slack and --compact-patience must not be negative")
+            result["compact"] = {"slack_leaves": args.compact_slack,
+                                 "patience_h": args.compact_patience}
         replay = Replay(cluster, jobs, policy, backfill_depth=args.backfill_depth,
-                        locality=args.locality).run()
+                        locality=args.locality, compact_slack=args.compact_slack,
+                        compact_patience_s=args.compact_patience * 3600).run()
         result.update(replay.results())
         summary = (f"utilization {result['utilization']:.4f}, "
                    f"mean wait {result['wait_s']['mean']:.0f} s")

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scheduler.simulate.cluster import Cluster
+from scheduler.simulate.metrics import fewest_leaves, leaves_spanned, mean, percentile
 from scheduler.simulate.metrics import locality as locality_of
-from scheduler.simulate.metrics import mean, percentile
 from scheduler.simulate.policies import Policy
 from scheduler.simulate.state import Allocation, ClusterState, fits_empty_cluster
 from scheduler.simulate.workload import WHOLE, Job
@@ -81,8 +81,18 @@ class Timeline:
 class Replay:
     def __init__(self, cluster: Cluster, jobs: Sequence[Job], policy: Policy,
                  backfill_depth: int = DEFAULT_BACKFILL_DEPTH,
-                 samples: int = DEFAULT_SAMPLES, locality: str = "pod") -> None:
+                 samples: int = DEFAULT_SAMPLES, locality: str = "pod",
+                 compact_slack: int | None = None, compact_patience_s: float = 0.0) -> None:
+        """`compact_slack`: a job spanning nodes starts only on at most that many leaves
+        more than the fewest the empty cluster allows, unless it has been held
+        `compact_patience_s` since it could first have started spread (None: it starts
+        wherever the policy puts it)."""
         self.cluster = cluster
+        self.compact_slack = compact_slack
+        self.compact_patience_s = compact_patience_s
+        self.now = 0.0
+        self._fewest: dict[tuple, int] = {}
+        self._held_since: dict[int, float] = {}  # by job position
         self.jobs = sorted(jobs, key=lambda job: (job.submit_s, job.position))
         self.policy = policy
         self.backfill_depth = backfill_depth
@@ -131,6 +141,7 @@ class Replay:
             self.refused.append(job)
 
     def schedule(self, now: float) -> None:
+        self.now = now
         while self.queue:
             allocation = self.try_place(self.queue[0])
             if allocation is None:
@@ -213,7 +224,25 @@ class Replay:
     def try_place(self, job: Job) -> Allocation | None:
         if job.whole_gpus > self.state.free_whole(job.gpu_models):
             return None  # not enough free GPUs anywhere: skip the policy
-        return self.policy.place(self.state, job)
+        allocation = self.policy.place(self.state, job)
+        if allocation is not None and self.too_spread(job, allocation):
+            return None  # held for a compact shape (the reservation keeps the GPUs coming)
+        return allocation
+
+    def too_spread(self, job: Job, allocation: Allocation) -> bool:
+        """A job spanning nodes placed on more leaves than `compact_slack` over its fewest,
+        while it may still wait."""
+        if self.compact_slack is None or len(allocation.whole) < 2:
+            return False
+        key = (job.gpus, job.gpu_models)
+        if key not in self._fewest:
+            self._fewest[key] = fewest_leaves(self.cluster, job)
+        if leaves_spanned(self.cluster, list(allocation.whole)) <= \
+                self._fewest[key] + self.compact_slack:
+            return False
+        # patience counts from the first time it could have started spread
+        since = self._held_since.setdefault(job.position, self.now)
+        return self.now - since < self.compact_patience_s
 
     def start(self, job: Job, allocation: Allocation, now: float) -> None:
         allocation = self.state.take(allocation)

@@ -192,3 +192,38 @@ def test_backfill_never_starts_a_head_later_than_first_promised(seed, locality):
     started = {record.job.position: record.start_s for record in result.finished}
     for position, promised in result.promised_start.items():
         assert started[position] <= promised
+
+
+def two_leaves_of_two_models() -> object:
+    """l1: n1 (X), n2 (X); l2: n3 (Y), n4 (Y); 4 GPUs each."""
+    return cluster(node("n1", leaf="l1", spine="s", model="X"),
+                   node("n2", leaf="l1", spine="s", model="X"),
+                   node("n3", leaf="l2", spine="s", model="Y"),
+                   node("n4", leaf="l2", spine="s", model="Y"))
+
+
+def test_a_job_spanning_nodes_waits_for_a_compact_shape_when_asked_to():
+    # a holds n1 until 10 and b n3 until 20; at 1, c's 8 GPUs are free only as n2 + n4,
+    # two leaves where one would do. Held (slack 0), it starts at 10 on leaf l1 whole.
+    def jobs():
+        return [job("a", 0, 10, gpus=4, models="X"), job("b", 0, 20, gpus=4, models="Y"),
+                job("c", 1, 5, gpus=8, models="X|Y")]
+    spread = replay(two_leaves_of_two_models(), jobs())
+    held = Replay(two_leaves_of_two_models(), jobs(), BestFit(workload_mix(jobs())),
+                  compact_slack=0, compact_patience_s=100).run()
+
+    assert starts(spread)["c"] == 1
+    assert starts(held)["c"] == 10
+    c = next(r for r in held.finished if r.job.name == "c")
+    assert sorted(c.allocation.whole) == ["n1", "n2"]
+
+
+def test_a_job_held_for_a_compact_shape_starts_anyway_once_its_patience_is_spent():
+    jobs = [job("a", 0, 10, gpus=4, models="X"), job("b", 0, 20, gpus=4, models="Y"),
+            job("c", 1, 5, gpus=8, models="X|Y"), job("d", 3, 1, gpus=0, cpu=1)]
+    held = Replay(two_leaves_of_two_models(), jobs, BestFit(workload_mix(jobs)),
+                  compact_slack=0, compact_patience_s=2).run()
+
+    # held from 1, when it could first start spread; at 3 (d's arrival, the next event)
+    # it has been held 2 s: it takes the spread shape
+    assert starts(held)["c"] == 3
