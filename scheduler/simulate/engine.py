@@ -46,14 +46,20 @@ class Started:
 class Reservation:
     """The head of the queue starts at `at_s`. A job that runs past it may take, of the GPUs
     the head could use, `spare` GPUs anywhere (a head that may span nodes) or, for a head that
-    must sit on one node, any GPUs but those of the reserved `node` beyond `node_spare`."""
+    must sit on one node, any GPUs but those of the reserved `node` beyond `node_spare`, or,
+    for a head held for a compact shape, any GPUs off the `blocked` nodes."""
 
     at_s: float
     spare: int
     node: str | None = None
     node_spare: int = 0
+    # a head held for a compact shape: the nodes of the leaves it waits for, kept from jobs
+    # that would run past `at_s` (the rest of the cluster stays open to them)
+    blocked: frozenset[str] | None = None
 
     def allows(self, allocation: Allocation) -> bool:
+        if self.blocked is not None:
+            return not self.blocked & set(allocation.whole)
         if self.node is None:
             if allocation.opened_gpus > self.spare:
                 return False
@@ -93,6 +99,7 @@ class Replay:
         self.now = 0.0
         self._fewest: dict[tuple, int] = {}
         self._held_since: dict[int, float] = {}  # by job position
+        self._held_now: int | None = None  # the job last held for a compact shape
         self.jobs = sorted(jobs, key=lambda job: (job.submit_s, job.position))
         self.policy = policy
         self.backfill_depth = backfill_depth
@@ -159,7 +166,8 @@ class Replay:
             job = self.queue[position]
             ends_in_time = now + job.duration_s <= reservation.at_s
             bound = not ends_in_time and competes_with(head, job)
-            if bound and reservation.node is None and job.whole_gpus > reservation.spare:
+            if (bound and reservation.node is None and reservation.blocked is None
+                    and job.whole_gpus > reservation.spare):
                 continue  # cheap refusal before asking the policy
             allocation = self.try_place(job)
             if allocation is not None and bound and not reservation.allows(allocation):
@@ -173,6 +181,10 @@ class Replay:
 
     def reservation(self, head: Job, now: float) -> Reservation:
         """When the head can start, counting GPUs, and what others may take meanwhile."""
+        if self._held_now == head.position:
+            held = self.compact_reservation(head)
+            if held is not None:
+                return held
         if head.gpus == 0:
             # A CPU-only head waits for CPU or memory; hold the next completion for it.
             return Reservation(self.by_end[0][0] if self.by_end else now, 0)
@@ -210,8 +222,38 @@ class Replay:
                     return Reservation(end_s, 0, node=name, node_spare=free_then - need)
         return None
 
+    def compact_reservation(self, head: Job) -> Reservation | None:
+        """For a head held for a compact shape: the first instant, as running jobs end, when
+        its fewest leaves (plus the slack) have its GPUs free, with those leaves' nodes kept
+        from jobs that would still run then. None when no such instant comes."""
+        state, cluster = self.state, self.cluster
+        allowed = self._fewest[(head.gpus, head.gpu_models)] + (self.compact_slack or 0)
+        leaf_of = {name: cluster.snapshot.domain_of(name, "leaf") for name in state.order
+                   if state.model_ok(name, head)}
+        free: dict[str, int] = {}
+        for name, leaf in leaf_of.items():
+            free[leaf] = free.get(leaf, 0) + state.index.free_gpus(name)
+        for end_s, sequence in self.by_end:
+            for name, gpus in self.started[sequence].allocation.whole.items():
+                if name in leaf_of:
+                    free[leaf_of[name]] += gpus
+            best = sorted(free, key=lambda leaf: (-free[leaf], leaf))[:allowed]
+            if sum(free[leaf] for leaf in best) >= head.whole_gpus:
+                leaves = set(best)
+                return Reservation(end_s, 0, blocked=frozenset(
+                    name for name, leaf in leaf_of.items() if leaf in leaves))
+        return None
+
     def place_off_reserved_node(self, job: Job, reservation: Reservation) -> Allocation | None:
-        """Ask the policy again with the reserved node's GPUs (beyond its spare) held back."""
+        """Ask the policy again with the reserved node's GPUs (beyond its spare), or the
+        blocked nodes' GPUs, held back."""
+        if reservation.blocked is not None:
+            with self.state.withholding({name: self.state.index.free_gpus(name)
+                                         for name in reservation.blocked}):
+                allocation = self.try_place(job)
+            if allocation is None or not reservation.allows(allocation):
+                return None
+            return allocation
         if reservation.node is None:
             return None
         held = self.state.index.free_gpus(reservation.node) - reservation.node_spare
@@ -242,7 +284,10 @@ class Replay:
             return False
         # patience counts from the first time it could have started spread
         since = self._held_since.setdefault(job.position, self.now)
-        return self.now - since < self.compact_patience_s
+        if self.now - since >= self.compact_patience_s:
+            return False
+        self._held_now = job.position
+        return True
 
     def start(self, job: Job, allocation: Allocation, now: float) -> None:
         allocation = self.state.take(allocation)

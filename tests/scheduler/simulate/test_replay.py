@@ -227,3 +227,16 @@ def test_a_job_held_for_a_compact_shape_starts_anyway_once_its_patience_is_spent
     # held from 1, when it could first start spread; at 3 (d's arrival, the next event)
     # it has been held 2 s: it takes the spread shape
     assert starts(held)["c"] == 3
+
+
+def test_a_held_job_keeps_only_the_leaf_it_waits_for_and_others_run_on_the_rest():
+    # c is held for leaf l1 (whole at 10, when a ends); d, long, arrives at 2: it may not
+    # take n2 (l1) but runs at once on n4 (l2), and c still starts at 10 on l1
+    jobs = [job("a", 0, 10, gpus=4, models="X"), job("b", 0, 20, gpus=4, models="Y"),
+            job("c", 1, 5, gpus=8, models="X|Y"), job("d", 2, 100, gpus=4, models="X|Y")]
+    held = Replay(two_leaves_of_two_models(), jobs, BestFit(workload_mix(jobs)),
+                  compact_slack=0, compact_patience_s=100).run()
+
+    assert starts(held)["c"] == 10 and starts(held)["d"] == 2
+    placed = {r.job.name: sorted(r.allocation.whole) for r in held.finished}
+    assert placed["c"] == ["n1", "n2"] and placed["d"] == ["n4"]
