@@ -261,9 +261,11 @@ def test_the_simulated_run_time_is_the_one_ibex_name_a_tenant_may_set():
     assert workload.env == {"IBEX_SIMULATED_SECONDS": "60"}
 
 
-def test_the_reserved_names_are_those_of_the_lease_launcher():
+def test_the_reserved_names_are_those_of_the_lease_launcher_and_of_a_shares_limits():
     assert RESERVED_ENV == {"NODE_RANK", "NNODES", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
-                            "CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA"}
+                            "CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA",
+                            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_PIPE_DIRECTORY"}
 
 
 @pytest.mark.parametrize("value", [3, None, True, ["a"]])
