@@ -31,7 +31,7 @@ from billing.core.money import MICROS_PER_DOLLAR, to_dollars
 from market.core.offers_query import OffersQuery, Term
 from market.prices import gpus_for_sale
 from pool.models import Gpu, GpuModel
-from pool.reliability import provider_reliability
+from pool.reliability import provider_reliability, recent_provider_reliability
 
 HORIZON = timedelta(hours=1)  # free: held by nothing from now to an hour from now
 
@@ -68,10 +68,11 @@ def group_keys(query: OffersQuery) -> tuple[str, ...]:
 def find_offers(query: OffersQuery, *, now: datetime | None = None) -> dict:
     """`{"results": [...], "count": n}`: the groups of free GPUs that satisfy the query, sorted
     and limited; `count` is how many groups matched before the limit. Two queries (the
-    providers' reliability, then the offers)."""
+    providers' reliability, cached for a minute when `now` is not given, then the offers)."""
+    reliability = (recent_provider_reliability() if now is None
+                   else provider_reliability(now=now))
     now = now or timezone.now()
     cells = _cells(query, now)
-    reliability = provider_reliability(now=now)
     rows, count = _groups(query, cells, reliability)
     return {"results": _render(query, rows), "count": count}
 
