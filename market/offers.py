@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.contrib.postgres.aggregates import BoolOr
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Min, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -43,11 +43,15 @@ GROUP_COLUMNS = {"gpus": "gpus", "price": "low", "max_price": "high", "leaf_free
                  "spine_free": "spine_free", "reliability": "reliability"}
 SQL_OPS = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
-# The widest free run of thousandths on a GPU over [%s, %s): none when a whole GPU or a MIG
-# slice holds it (slices and shares never share a GPU), else 1000 less its shares' spans.
+# The widest free run of thousandths on a GPU over [%s, %s): all of it when nothing holds it
+# (most GPUs: one index probe), none when a whole GPU or a MIG slice holds it (slices and
+# shares never share a GPU), else the widest gap its shares' spans leave.
 SHARE_ROOM_SQL = """
-CASE WHEN EXISTS (SELECT 1 FROM market_allocation a WHERE a.gpu_id = "pool_gpu"."id"
-                   AND a.part <> 'share' AND a.period && tstzrange(%s, %s))
+CASE WHEN NOT EXISTS (SELECT 1 FROM market_allocation a WHERE a.gpu_id = "pool_gpu"."id"
+                       AND a.period && tstzrange(%s, %s))
+THEN 1000
+WHEN EXISTS (SELECT 1 FROM market_allocation a WHERE a.gpu_id = "pool_gpu"."id"
+              AND a.part <> 'share' AND a.period && tstzrange(%s, %s))
 THEN 0 ELSE COALESCE((SELECT MAX(upper(r) - lower(r)) FROM unnest(
         int4multirange(int4range(0, 1000)) - COALESCE(
             (SELECT range_agg(a.span) FROM market_allocation a
@@ -88,7 +92,7 @@ def _free_gpus(query: OffersQuery, now: datetime) -> QuerySet[Gpu]:
         gpus = gpus.exclude(allocations__period__overlap=(now, end))
     else:  # free GPUs and GPUs already holding shares, each with a free run that wide
         gpus = (gpus.filter(shareable=True)
-                .alias(share_room=RawSQL(SHARE_ROOM_SQL, (now, end, now, end)))
+                .alias(share_room=RawSQL(SHARE_ROOM_SQL, (now, end) * 3))
                 .filter(share_room__gte=min_share))
     if no_share:
         gpus = gpus.filter(shareable=False)
@@ -182,7 +186,10 @@ def _groups(query: OffersQuery, cells: tuple[str, tuple],
     )
     params = (*cells_params, [pid for pid, _ in measured], [v for _, v in measured],
               *where_params, query.limit)
-    with connection.cursor() as cursor:
+    # JIT compiling costs PostgreSQL about a second whenever the per-GPU share subquery
+    # pushes the estimate over jit_above_cost, for a statement that runs in a fraction of it
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, params)
         names = [column.name for column in cursor.description]
         rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
