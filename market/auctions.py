@@ -26,7 +26,6 @@ from market.orders import (
     free_priced_gpus,
     offers_from,
 )
-from market.placement_port import make_placer
 from pool.models import Gpu
 
 AUCTION_TIERS = (Lease.Tier.SPOT, Lease.Tier.RESERVED)
@@ -144,7 +143,7 @@ def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime)
                   .values_list("node__hostname", "gpu_model__name"))
     by_id = {str(o.pk): o for o in orders}
     market = clearing.clear_market(WIDEST_FIRST, offers_from(by_node, models, runtimes),
-                                   [bid_for(o) for o in orders], make_placer(),
+                                   [bid_for(o) for o in orders], parts.placer_with_mix(),
                                    gpu_model=gpu_model)
     keys = {key.host: key for key in by_node}
     accepted = []

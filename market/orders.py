@@ -34,7 +34,6 @@ from market.order_states import (
     order_ref,
     release_order_hold,
 )
-from market.placement_port import make_placer
 from pool.core.workloads import runtimes_field, runtimes_for
 from pool.models import Gpu, GpuModel
 from pool.services import offered_gpus
@@ -383,7 +382,7 @@ def find_gpus(order: Order, start: datetime, end: datetime,
     by_node = free_priced_gpus(order, start, end, gpu_model_of=models, runtime_of=runtimes,
                                avoid_nodes=avoid_nodes)
     result = clearing.match_on_demand(WIDEST_FIRST, offers_from(by_node, models, runtimes),
-                                      [bid_for(order)], make_placer())
+                                      [bid_for(order)], parts.placer_with_mix())
     if result.refused:
         return _why_not(order, start, end, result.refused[0].reason)
     chosen = _cheapest_gpus(by_node, result.matched[0].lines)
@@ -402,7 +401,7 @@ def _why_not(order: Order, start: datetime, end: datetime, reason: str) -> str:
     by_node = free_priced_gpus(order, start, end, gpu_model_of=models, runtime_of=runtimes,
                                any_runtime=True)
     result = clearing.match_on_demand(WIDEST_FIRST, offers_from(by_node, models, runtimes),
-                                      [bid_for(order)], make_placer())
+                                      [bid_for(order)], parts.placer_with_mix())
     # matched: GPUs freed between the two looks; the first answer stands
     return result.refused[0].reason if result.refused else reason
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.core.cache import cache
 from django.db.models import Exists, OuterRef, Q
@@ -33,7 +34,7 @@ from market.core.parts import (
     slice_price_micros,
 )
 from market.models import Allocation, Order
-from market.placement_port import part_placer
+from market.placement_port import make_placer, part_placer
 from pool.models import GpuModel
 from pool.services import offered_gpus
 
@@ -84,23 +85,33 @@ def part_of(placed: PlacedPart) -> leasing.Part:
 MIX_WINDOW = timedelta(days=7)
 MIX_ORDERS = 2000
 MIX_CACHE_S = 60
+MIX_MIN_ORDERS = 20
+MIX_KEY = "ibex:parts-mix"
 
 
-def recent_mix() -> tuple[MixItem, ...]:
+def recent_mix(pool_id: int | None = None) -> tuple[MixItem, ...]:
     """The mix of requests the market expects, learnt from its latest orders of the past week
-    (whole GPUs count as 1000 thousandths each order, shares as their size; slices are placed
-    by position, not by this mix): what a share's fragmentation is measured against. Empty
-    while there are too few orders to learn from (the placer's default mix then)."""
-    cached = cache.get("ibex:parts-mix")
+    (whole GPUs by how many an order asks, shares by their size; slices are placed by
+    position, not by a mix): what a placement's fragmentation is measured against (FGD).
+    Empty while there are too few orders to learn from (plain best fit then). `pool_id`: a
+    private pool's orders instead of the public market's."""
+    key = MIX_KEY if pool_id is None else f"{MIX_KEY}:{pool_id}"
+    cached = cache.get(key)
     if cached is not None:
         return tuple(MixItem(*item) for item in cached)
     rows = list(Order.objects.filter(created_at__gte=timezone.now() - MIX_WINDOW,
-                                     pool__isnull=True, mig_profile="")
-                .order_by("-created_at").values_list("gpu_share", flat=True)[:MIX_ORDERS])
-    counts = Counter(share or WHOLE for share in rows)
-    mix = mix_of(counts) if len(rows) >= 20 else ()
-    cache.set("ibex:parts-mix", [list(item) for item in mix], MIX_CACHE_S)
+                                     pool_id=pool_id, mig_profile="")
+                .order_by("-created_at").values_list("gpus", "gpu_share")[:MIX_ORDERS])
+    counts = Counter((1, share) if share else (gpus, WHOLE) for gpus, share in rows)
+    mix = mix_of(counts) if len(rows) >= MIX_MIN_ORDERS else ()
+    cache.set(key, [list(item) for item in mix], MIX_CACHE_S)
     return mix
+
+
+def placer_with_mix():
+    """The placement engine's placer factory, placing against the market's recent mix."""
+    mix = recent_mix()
+    return partial(make_placer(), mix=mix) if mix else make_placer()
 
 
 def part_gpus(order: Order, start: datetime, end: datetime, runtimes: frozenset[str] | None,

@@ -72,7 +72,7 @@ def _no_rate_limit_history():
 
     try:
         client = cache._cache.get_client(write=True)
-        stale = [key for pattern in ("throttle_*", "ibex:lease-avoid:*", "ibex:parts-mix",
+        stale = [key for pattern in ("throttle_*", "ibex:lease-avoid:*", "ibex:parts-mix*",
                                         "ibex:provider-reliability")
                  for key in client.scan_iter(match=cache.make_key(pattern))]
         if stale:

@@ -128,20 +128,21 @@ def gpu_fraction(mig_profile: str, share: int | None) -> tuple[int, int]:
 
 
 class MixItem(NamedTuple):
-    """One kind of request the market expects, with its share of recent orders (the shape
-    of `scheduler.core.placement.shared.MixItem`, which FGD's measure reads)."""
+    """One kind of request the market expects, with its share of recent orders (the fields
+    `scheduler.core.placement.shared.MixItem` has, which FGD's measure reads, and `gpus`)."""
 
-    gpu_milli: int  # 1000: a whole GPU
+    gpu_milli: int  # 1000: whole GPUs
     memory_mib: int
     weight: float
+    gpus: int = 1  # whole GPUs asked (a share: 1)
 
 
-def mix_of(counts: Mapping[int, int]) -> tuple[MixItem, ...]:
-    """Thousandths asked (1000 a whole GPU) → orders: the mix, weighted by count. A share's
+def mix_of(counts: Mapping[tuple[int, int], int]) -> tuple[MixItem, ...]:
+    """(GPUs, thousandths of each) asked → orders: the mix, weighted by count. A share's
     memory is its thousandths of the card's, so compute alone decides whether it fits."""
     total = sum(counts.values())
-    return tuple(MixItem(milli, 0, count / total) for milli, count in sorted(counts.items())
-                 if count > 0)
+    return tuple(MixItem(milli, 0, count / total, gpus)
+                 for (gpus, milli), count in sorted(counts.items()) if count > 0)
 
 
 class PartPlacer(Protocol):

@@ -22,10 +22,12 @@ from market.core.clearing import (
     match_on_demand,
 )
 from scheduler.core.placement import Node, PlacementIndex, Request, Slice
+from scheduler.core.placement.fgd import Demand
 
 
-def request_for(bid: Bid, levels: Sequence[str]) -> Request:
-    """The engine's request for a whole bid: its GPUs, models and topology constraint."""
+def request_for(bid: Bid, levels: Sequence[str], mix: tuple[Demand, ...] = ()) -> Request:
+    """The engine's request for a whole bid: its GPUs, models and topology constraint, placed
+    against `mix` (FGD) where one node holds it."""
     topology = bid.topology
     slice_ = None
     if topology.slice_size is not None:
@@ -36,6 +38,7 @@ def request_for(bid: Bid, levels: Sequence[str]) -> Request:
         preferred=topology.preferred,
         slice=slice_,
         gpu_models=bid.gpu_models or None,
+        mix=mix,
     )
 
 
@@ -48,13 +51,16 @@ class IndexPlacer:
     """A `market.core.clearing.Placer` over one `PlacementIndex` (best-fit by default)."""
 
     def __init__(self, levels: Sequence[str], offers: Sequence[NodeOffer],
-                 profile: str = "best_fit") -> None:
+                 profile: str = "best_fit", mix: Sequence = ()) -> None:
+        """`mix`: the requests expected next, as `market.core.parts.MixItem`s (gpus,
+        gpu_milli, weight): single-node bids go where fragmentation grows least."""
         self.levels = tuple(levels)
         self.index = PlacementIndex(self.levels, [node_for(offer) for offer in offers])
         self.profile = profile
+        self.mix = demands_of(mix)
 
     def place(self, bid: Bid) -> tuple[Mapping[str, int] | None, str]:
-        placement = self.index.place(request_for(bid, self.levels), self.profile)
+        placement = self.index.place(request_for(bid, self.levels, self.mix), self.profile)
         if not placement.placed:
             return None, placement.reason
         return placement.assignment, ""
@@ -64,6 +70,12 @@ class IndexPlacer:
 
     def release(self, assignment: Mapping[str, int]) -> None:
         self.index.release(assignment)
+
+
+def demands_of(mix: Sequence) -> tuple[Demand, ...]:
+    """The market's mix (plain items with gpus, gpu_milli, weight) as the engine's demands."""
+    return tuple(Demand(gpus=item.gpus, gpu_milli=item.gpu_milli if item.gpus == 1 else 1000,
+                        weight=item.weight) for item in mix)
 
 
 def clear_auction_on_index(

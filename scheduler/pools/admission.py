@@ -28,13 +28,14 @@ from django.db.models import Count
 from django.utils import timezone
 
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
-from market import leasing, pool_orders
+from market import leasing, parts, pool_orders
 from market.models import Lease, Order
 from pool import quotas
 from pool.core import quotas as core
 from pool.core.workloads import why_runtimes
 from pool.models import Gpu, Pool, QuotaNode
 from pool.services import offered_gpus
+from scheduler.core.clearing_placer import demands_of
 from scheduler.core.placement import Node, PlacementIndex, Request, Slice
 from scheduler.pools import tides
 from scheduler.pools.running import epoch, running_of
@@ -125,6 +126,7 @@ class PoolPlacer:
     def __init__(self, pool: Pool, start: datetime, horizon: datetime, shapes: dict[str, int]):
         self.nodes = free_nodes(pool, start, horizon)
         self.shapes = shapes
+        self.mix = demands_of(parts.recent_mix(pool.pk))  # the pool's own recent orders
         self.index = PlacementIndex(WIDEST_FIRST, [
             Node(name=name, labels=n.key.labels,
                  free_gpus=len(n.gpus), gpu_model=n.model, total_gpus=len(n.gpus))
@@ -144,7 +146,7 @@ class PoolPlacer:
                           preferred=topology.get("preferred"),
                           slice=Slice(8, "node") if whole else None,
                           gpu_models=frozenset(order.gpu_models),
-                          exclude_nodes=reserved | unfit)
+                          exclude_nodes=reserved | unfit, mix=self.mix)
         placement = self.index.place(request)
         if not placement.placed:
             if unfit and self.index.place(replace(request, exclude_nodes=reserved)).placed:

@@ -22,7 +22,7 @@ from scheduler.simulate.policies import Policy
 from scheduler.simulate.state import ClusterState
 from scheduler.simulate.workload import WHOLE, Job, parse_models
 
-NODE_FILE = "openb_node_list_gpu_node.csv"
+NODE_FILE = "openb_node_list_all_node.csv"
 
 
 def pod_file(workload: str) -> str:
@@ -30,7 +30,8 @@ def pod_file(workload: str) -> str:
 
 
 def load_openb_cluster(path: Path) -> Cluster:
-    """The GPU nodes of openb, one flat domain (the trace records no fabric)."""
+    """The nodes of openb (GPU and CPU-only ones), one flat domain (the trace records no
+    fabric)."""
     with open(path, newline="") as handle:
         nodes = [
             ClusterNode(name=row["sn"], gpu_model=row["model"] if int(row["gpu"]) else "",

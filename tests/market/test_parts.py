@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from billing import services as money
 from billing.models import Hold
-from market import auctions, prices
+from market import auctions, leasing, prices
 from market.models import Allocation, Lease, Order
 from market.orders import OrderError, OrderRequest, place_order
 from market.parts import recent_mix
@@ -305,7 +305,7 @@ def test_racing_share_orders_never_oversell_a_gpu(provider):
     assert sum(s.upper - s.lower for s in spans) == 800
 
 
-def test_the_mix_shares_are_placed_against_is_learnt_from_recent_orders(provider, tenant):
+def test_the_mix_placements_are_measured_against_is_learnt_from_recent_orders(provider, tenant):
     for _ in range(15):
         Order.objects.create(tenant=tenant, gpu_models=["H100-80GB"], gpus=1, gpu_share=250,
                              hours=1, tier="on_demand", max_price_micros=1)
@@ -317,4 +317,24 @@ def test_the_mix_shares_are_placed_against_is_learnt_from_recent_orders(provider
 
     mix = recent_mix()
 
-    assert [(item.gpu_milli, item.weight) for item in mix] == [(250, 0.75), (1000, 0.25)]
+    assert [(item.gpus, item.gpu_milli, item.weight) for item in mix] == [
+        (1, 250, 0.75), (8, 1000, 0.25)]
+
+
+def test_an_on_demand_gpu_is_placed_against_the_recent_mix(provider, tenant, tenant_client):
+    now = timezone.now()
+    gpus = gpus_of(provider)  # two nodes of 8
+    leasing.create_lease(
+        tenant=tenant, tier="on_demand", gpu_model="H100-80GB",
+        gpus=[leasing.GpuChoice(g.pk, 1) for g in gpus[:4] + gpus[8:11]], starts_at=now,
+        ends_at=now + timezone.timedelta(hours=3), price_micros=1, max_price_micros=1,
+        locality={}, actor="test")  # 4 free on the first node, 5 on the second
+    one_gpu = {"gpu_models": ["H100-80GB"], "gpus": 1, "hours": 1, "tier": "on_demand",
+               "max_price_per_gpu_hour": "3.00"}
+    cache.set("ibex:parts-mix", [[1000, 0, 0.5, 1], [1000, 0, 0.5, 4]], 60)
+
+    placed = order(tenant_client, one_gpu).json()
+
+    # best fit would leave 3 + 5; against a mix of 1- and 4-GPU orders, 4 + 4 strands less
+    [gpu] = Allocation.objects.filter(lease_id=placed["lease"]).values_list("gpu", flat=True)
+    assert gpu in {g.pk for g in gpus[8:]}

@@ -24,14 +24,18 @@ simulator, the recent orders in production (`RecentMix`).
 
 from __future__ import annotations
 
+import math
+import sys
 from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from market.core.whatif import InvalidInput
 
 WHOLE_GPU_MILLI = 1000
+UNLIMITED = sys.maxsize  # a node whose CPU and memory no lease holds
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,13 @@ class FragmentationScorer:
                 best = key
         return None if best is None else (best[0], best[2])
 
+    def whole_node_growth(self, free_gpus: int, take: int) -> float:
+        """The growth of taking `take` whole GPUs from a node with `free_gpus` wholly free
+        GPUs and no CPU or memory limit (the market's nodes: leases hold GPUs, not CPU)."""
+        node = NodeFree("", (WHOLE_GPU_MILLI,) * free_gpus, UNLIMITED, UNLIMITED)
+        found = self.growth(node, Demand(take))
+        return math.inf if found is None else found[0]
+
     def choose(self, candidates: Iterable[tuple[str, NodeFree]], request: Demand) -> Choice | None:
         """The candidate whose fragmentation grows least by taking `request`; None if none
         can host it. Candidates are nodes that passed the caller's filters."""
@@ -199,6 +210,12 @@ class FragmentationScorer:
             if best is None or key < best:
                 best, chosen = key, Choice(name, gpu, growth)
         return chosen
+
+
+@lru_cache(maxsize=64)
+def scorer_for(mix: tuple[Demand, ...]) -> FragmentationScorer:
+    """One compiled scorer per mix, kept while the mix lasts (it memoises node states)."""
+    return FragmentationScorer(mix)
 
 
 def mix_of(demands: Iterable[Demand]) -> tuple[Demand, ...]:

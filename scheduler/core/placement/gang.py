@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from fabric.core.locality import max_hops
 from market.core.whatif import InvalidInput
+from scheduler.core.placement.fgd import scorer_for
 from scheduler.core.placement.filters import (
     count_static_exclusions,
     merge_counts,
@@ -38,6 +39,7 @@ class CapacityView:
             else index.depth_of(request.slice.level, "request.slice.level")
         )
         self._units: dict[int, int] = {}
+        self.scorer = scorer_for(request.mix) if request.mix else None
 
     def gpus(self, domain: Domain) -> int:
         if self.models is None:
@@ -101,7 +103,8 @@ def smallest_gap_first(gpus: Capacity) -> ScoreKey:
 
 
 def best_fit_node(view: CapacityView, scope: Domain, need_gpus: int) -> Domain | None:
-    """The node under `scope` with the fewest free GPUs that still holds `need_gpus`.
+    """The node under `scope` with the fewest free GPUs that still holds `need_gpus` (with a
+    mix of expected requests: the free count whose fragmentation grows least, FGD).
 
     Reads the free-GPU histograms top-down instead of visiting nodes. Among equally tight
     nodes it descends into broken domains before whole ones, then the tightest (fewest free
@@ -109,9 +112,15 @@ def best_fit_node(view: CapacityView, scope: Domain, need_gpus: int) -> Domain |
     whole ones stay whole for jobs that need them (HiveD's buddy cells).
     """
     hist = view.node_hist(scope)
-    free = next((v for v in range(need_gpus, len(hist)) if hist[v]), None)
-    if free is None:
+    fitting = [v for v in range(need_gpus, len(hist)) if hist[v]]
+    if not fitting:
         return None
+    free = fitting[0]
+    if view.scorer is not None and len(fitting) > 1:
+        # FGD: the node state whose fragmentation against the mix grows least, then the
+        # tightest; nodes in one state are interchangeable, so at most 9 states are scored
+        free = min(fitting, key=lambda v: (round(view.scorer.whole_node_growth(v, need_gpus),
+                                                 6), v))
     domain = scope
     while domain.children:
         holding = [c for c in domain.children if _has_node_with(view, c, free)]

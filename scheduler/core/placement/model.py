@@ -68,6 +68,8 @@ class Request:
     """A gang request: `gpus` GPUs, all or nothing.
 
     `required` / `preferred` name a level; `gpu_models` of None accepts any model.
+    `mix`: the demands expected next (`fgd.Demand`), which a single-node request is placed
+    against (FGD); empty: the tightest node (plain best fit).
     """
 
     gpus: int
@@ -78,6 +80,9 @@ class Request:
     exclude_nodes: frozenset[str] = frozenset()
     min_cpu_milli_per_gpu: int = 0
     min_memory_mib_per_gpu: int = 0
+    # the expected mix of requests (`fgd.Demand`s): a request one node holds goes where the
+    # pool's fragmentation against it grows least (FGD); empty: the tightest node
+    mix: tuple = ()
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -90,6 +95,8 @@ class Request:
             raise InvalidInput("request.min_memory_mib_per_gpu", "must not be negative")
         if self.gpu_models is not None and not isinstance(self.gpu_models, frozenset):
             object.__setattr__(self, "gpu_models", frozenset(self.gpu_models))
+        if not isinstance(self.mix, tuple):
+            object.__setattr__(self, "mix", tuple(self.mix))
         if not isinstance(self.exclude_nodes, frozenset):
             object.__setattr__(self, "exclude_nodes", frozenset(self.exclude_nodes))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.placement import InvalidInput
+from scheduler.core.placement import InvalidInput, Node, PlacementIndex, Request
 from scheduler.core.placement.fgd import (
     Demand,
     FragmentationScorer,
@@ -110,3 +110,29 @@ def test_the_recent_mix_weighs_kinds_by_how_often_they_were_seen():
     for demand in (Demand(8), Demand(1, 500), Demand(1, 500), Demand(1, 500)):
         recent.observe(demand)
     assert recent.mix() == (Demand(1, 500, weight=3.0),)  # the 8-GPU order fell out
+
+
+# --- the engine's single-node choice against a mix (the market and the pools) ---------------
+
+
+def test_with_a_mix_a_gpu_goes_where_a_four_gpu_request_still_fits_not_the_tightest_node():
+    nodes = [Node("a", {"leaf": "l1"}, free_gpus=4, total_gpus=8),
+             Node("b", {"leaf": "l1"}, free_gpus=5, total_gpus=8)]
+    mix = (Demand(1, weight=0.5), Demand(4, weight=0.5))
+
+    plain = PlacementIndex(["leaf", "node"], nodes).place(Request(gpus=1))
+    fgd = PlacementIndex(["leaf", "node"], nodes).place(Request(gpus=1, mix=mix))
+
+    # best fit takes the 4-free node and leaves 3 + 5; FGD leaves 4 + 4: both fit a 4-GPU job
+    # (fragmentation: 3 free strand 3000 x 0.5 = 1500 against 4 free stranding none)
+    assert plain.assignment == {"a": 1}
+    assert fgd.assignment == {"b": 1}
+
+
+def test_a_multi_node_request_keeps_its_locality_whatever_the_mix():
+    nodes = [Node(f"n{i}", {"leaf": f"l{i // 2}"}, free_gpus=8) for i in range(4)]
+    mix = (Demand(1, weight=1.0),)
+
+    placed = PlacementIndex(["leaf", "node"], nodes).place(Request(gpus=16, mix=mix))
+
+    assert len(placed.domains["leaf"]) == 1
