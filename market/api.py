@@ -14,10 +14,11 @@ from billing.api import DollarsField
 from billing.core.money import to_dollars
 from fabric.core.locality import CONSTRAINT_LEVELS, Locality
 from ibex.accounts.api import StrictSerializer
-from ibex.accounts.permissions import ReadOrProvide, ReadOrTrade, organization_of
+from ibex.accounts.permissions import Read, ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.pagination import CursorPagination
 from ibex.api.throttles import OrderThrottle
-from market import leasing, orders, parts, prices
+from market import leasing, offers, orders, parts, prices, quotes
+from market.core import offers_query
 from market.core.workloads import MAX_SLURM_ACCOUNT_CHARS
 from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
 from pool import workloads as pool_workloads
@@ -640,3 +641,104 @@ def market_summaries(gpu_models: list[str]) -> list[dict]:
                               if gpu_model in last else None),
         })
     return summaries
+
+
+# --- offers and quotes (the `ibex` CLI; docs/api-offers.md) -------------------------------------
+
+
+class OfferSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    fabric = serializers.CharField(required=False, help_text="grouped by fabric or leaf")
+    leaf = serializers.CharField(required=False, help_text="grouped by leaf")
+    provider = serializers.CharField(required=False, help_text="grouped by provider (slug)")
+    gpus = serializers.IntegerField(help_text="free GPUs in the group")
+    price_per_gpu_hour = serializers.CharField(help_text="the cheapest free GPU's price")
+    max_price_per_gpu_hour = serializers.CharField(help_text="the dearest free GPU's price")
+    leaf_free = serializers.IntegerField(help_text="most free GPUs in one leaf of the group")
+    spine_free = serializers.IntegerField(help_text="most free GPUs in one spine of the group")
+    reliability = serializers.CharField(
+        allow_null=True, help_text="the lowest of its providers' measured GPU availability over "
+                                   "30 days, 0-1 to four places; null: nothing measured")
+    mig_profiles = serializers.ListField(child=serializers.CharField(),
+                                         help_text="MIG profiles its GPUs sell")
+    shares = serializers.BooleanField(help_text="its GPUs sell shares")
+
+
+class OfferListSerializer(serializers.Serializer):
+    results = OfferSerializer(many=True)
+    count = serializers.IntegerField(help_text="groups that matched, before the limit")
+
+
+class OfferViewSet(viewsets.ViewSet):
+    """Free capacity of the public market, grouped and filtered by a query."""
+
+    permission_classes = [Read]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("q", str, description=(
+                "terms `field op value` separated by spaces, all must hold; fields: "
+                + ", ".join(offers_query.FIELD_NAMES) + "; ops =, !=, <, <=, >, >=, in "
+                "(with a list [a,b]); e.g. `model=H100-80GB gpus>=64 price<=2.50`")),
+            OpenApiParameter("group_by", str, description=(
+                "comma list of " + ", ".join(offers_query.GROUP_KEYS) + "; default model "
+                "(always included); leaf adds fabric")),
+            OpenApiParameter("sort", str, description=(
+                "a group key or one of " + ", ".join(offers_query.SORT_FIELDS)
+                + "; - before or after for descending; default price")),
+            OpenApiParameter("limit", int, description=(
+                f"1-{offers_query.MAX_LIMIT}, default {offers_query.DEFAULT_LIMIT}")),
+        ],
+        responses=OfferListSerializer, summary="Find free capacity (groups of free GPUs)")
+    def list(self, request):
+        params = request.query_params
+        try:
+            query = offers_query.parse_offers_query(
+                q=params.get("q"), group_by=params.get("group_by"), sort=params.get("sort"),
+                limit=params.get("limit"))
+        except offers_query.QueryError as exc:
+            raise ValidationError({exc.param: [exc.message]}) from None
+        return Response(offers.find_offers(query))
+
+
+class QuoteLocalitySerializer(serializers.Serializer):
+    leaves = serializers.IntegerField()
+    spines = serializers.IntegerField()
+    max_hops = serializers.IntegerField()
+
+
+class QuotePlacementSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    index = serializers.IntegerField()
+    mig_profile = serializers.CharField(required=False, help_text="a MIG slice of this GPU")
+    share = serializers.IntegerField(required=False, help_text="a share, in thousandths")
+
+
+class QuoteSerializer(serializers.Serializer):
+    fillable = serializers.BooleanField()
+    tier = serializers.ChoiceField(choices=Lease.Tier.choices)
+    gpus = serializers.IntegerField(help_text="GPUs, or parts (slices or shares)")
+    price_per_gpu_hour = serializers.CharField(allow_null=True, help_text=(
+        "on demand: the lease's price; spot and reserved: the least the clearing would ask"))
+    total = serializers.CharField(allow_null=True, help_text="price × gpus × hours")
+    locality = QuoteLocalitySerializer(allow_null=True)
+    placement = QuotePlacementSerializer(many=True)
+    reason = serializers.CharField(allow_blank=True, help_text=(
+        "why it is not fillable; for spot and reserved, what the clearing decides"))
+
+
+class QuoteViewSet(viewsets.ViewSet):
+    """What an order would get now: the order's body, nothing placed or held."""
+
+    permission_classes = [Read]
+
+    @extend_schema(request=OrderCreateSerializer, responses={200: QuoteSerializer},
+                   summary="Quote an order: what it would get now, placing nothing")
+    def create(self, request):
+        tenant = organization_of(request)
+        if not tenant.is_tenant:
+            raise PermissionDenied("Only tenants ask for quotes.")
+        form = OrderCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        quote = quotes.quote_order(tenant=tenant, request=form.to_request(""))
+        return Response(quote.to_json())

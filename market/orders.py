@@ -89,7 +89,7 @@ def _check_models(request: OrderRequest) -> None:
         raise OrderError(f"unknown GPU model {unknown[0]!r}", field="gpu_models")
 
 
-def _check_size(request: OrderRequest) -> None:
+def check_size(request: OrderRequest) -> None:
     per_fabric = (Gpu.objects.filter(gpu_model__name__in=request.gpu_models)
                   .exclude(node__state="retired").order_by().values("node__fabric")
                   .annotate(gpus=Count("id")).order_by("-gpus").first())
@@ -142,7 +142,7 @@ def _check(request: OrderRequest) -> None:
     if request.is_parts:
         _check_parts(request)
     else:
-        _check_size(request)
+        check_size(request)
     _check_window(request, timezone.now())
 
 
@@ -170,6 +170,21 @@ def _check_parts(request: OrderRequest) -> None:
                          f"{request.mig_profile!r}", field="mig_profile")
 
 
+def check_public_request(request: OrderRequest) -> Work:
+    """What a public-market order is refused for before anything is looked up or written
+    (its workload, its parts, its models; the size and window unless it is a whole-GPU
+    on-demand order, whose size is checked only when it is not filled: `check_size`). The
+    order path and quotes (market.quotes) refuse the same input the same way."""
+    work = work_of(request)
+    if request.is_parts:
+        _check_parts(request)
+    if request.tier != Lease.Tier.ON_DEMAND or request.is_parts:
+        _check(request)
+    else:
+        _check_models(request)
+    return work
+
+
 @retry_on_deadlock
 def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> Order:
     """Take an order: idempotent per Idempotency-Key; holds its maximum cost or refuses it."""
@@ -178,21 +193,19 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                                         idempotency_key=request.idempotency_key).first()
         if existing is not None:
             return existing
-    work = work_of(request)  # refused before anything is looked up or written
-    if request.is_parts:
-        _check_parts(request)
     target = None
     if request.pool:
+        work = work_of(request)  # refused before anything is looked up or written
+        if request.is_parts:
+            _check_parts(request)
         target = pool_orders.resolve_target(
             tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
             tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
             priority=request.priority, priority_class=request.priority_class,
             runtimes=work.runtimes(),
             runtimes_field=runtimes_field(work.workload, work.ssh_keys))
-    elif request.tier != Lease.Tier.ON_DEMAND or request.is_parts:
-        _check(request)
     else:
-        _check_models(request)
+        work = check_public_request(request)
     # An on-demand order's size is checked only when it is not filled (a filled one fitted in
     # a fabric); the check's error then rolls it all back, so the client sees the same 400
     # and nothing is recorded. An aggregate over every GPU less an order.
@@ -204,14 +217,14 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
                 order = _create_and_hold(tenant, request, actor, work)
             except OrderError:
                 if check_unless_filled:
-                    _check_size(request)  # bad input is named before a money refusal
+                    check_size(request)  # bad input is named before a money refusal
                 raise
             if target is not None:
                 pool_orders.queue_order(order=order, target=target, actor=actor)
             elif order.tier == Lease.Tier.ON_DEMAND:
                 if match_on_demand(order=order, actor=actor).state != OS.FILLED \
                         and check_unless_filled:
-                    _check_size(request)
+                    check_size(request)
             else:
                 change_order_state(order, OS.RESTING, actor=actor, reason="waiting for the next clearing")
     except IntegrityError:
@@ -224,9 +237,10 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     return order
 
 
-def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str,
-                     work: Work) -> Order:
-    order = Order.objects.create(
+def build_order(*, tenant: Organization, request: OrderRequest, work: Work) -> Order:
+    """The order as it would be saved (unsaved): what place_order writes and a quote
+    (market.quotes) matches without writing."""
+    return Order(
         tenant=tenant, idempotency_key=request.idempotency_key, gpu_models=request.gpu_models,
         gpus=request.gpus, hours=request.hours, tier=request.tier,
         mig_profile=request.mig_profile, gpu_share=request.gpu_share,
@@ -235,6 +249,12 @@ def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str,
         fill=request.fill, priority=request.priority, allow_moves=allows_moves(request),
         workload=work.workload, ssh_keys=work.ssh_keys, slurm_account=work.slurm_account,
     )
+
+
+def _create_and_hold(tenant: Organization, request: OrderRequest, actor: str,
+                     work: Work) -> Order:
+    order = build_order(tenant=tenant, request=request, work=work)
+    order.save(force_insert=True)
     OrderEvent.objects.create(order=order, to_state=OS.OPEN, actor=actor, reason="received")
     cost = max_cost_micros(request)
     if cost > 0:

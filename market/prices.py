@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ibex.accounts.models import Organization
@@ -30,11 +30,18 @@ class PriceChange:
     price_micros: int
 
 
-def gpus_for_sale(*, now: datetime | None = None) -> QuerySet[Gpu]:
-    """What the public market sells: offered GPUs in no private pool with a current price.
-    (A private pool's GPUs serve its own queues and are never for sale.)"""
-    return (offered_gpus(now=now).exclude(node__pools__kind="private")
-            .filter(prices__isnull=False, prices__superseded_at__isnull=True))
+def gpus_for_sale(*, now: datetime | None = None,
+                  window: tuple[datetime, datetime] | None = None) -> QuerySet[Gpu]:
+    """What the public market sells: offered GPUs in no private pool with a current price
+    (with `window`, a price whose offer covers all of it). (A private pool's GPUs serve its
+    own queues and are never for sale.)"""
+    current = Q(prices__isnull=False, prices__superseded_at__isnull=True)
+    if window is not None:
+        start, end = window
+        current &= (Q(prices__offered_from__isnull=True) | Q(prices__offered_from__lte=start)) & (
+            Q(prices__offered_until__isnull=True) | Q(prices__offered_until__gte=end))
+    # one filter() call: every condition on `prices` holds for the same (current) row
+    return offered_gpus(now=now).exclude(node__pools__kind="private").filter(current)
 
 
 def gpus_in_scope(*, provider: Organization, scope: dict) -> QuerySet[Gpu]:

@@ -66,12 +66,14 @@ def _no_rate_limit_history():
     (429) whenever the tests before it, in the same minute, had spent the address's allowance.
     Nor with placement hints of leases of earlier tests (`ibex:lease-avoid:<id>`): the
     database starts lease ids again, Redis does not; nor with the mix of orders earlier tests
-    placed (`ibex:parts-mix`)."""
+    placed (`ibex:parts-mix`), nor with earlier tests' providers' reliability
+    (`ibex:provider-reliability`)."""
     from django.core.cache import cache
 
     try:
         client = cache._cache.get_client(write=True)
-        stale = [key for pattern in ("throttle_*", "ibex:lease-avoid:*", "ibex:parts-mix*")
+        stale = [key for pattern in ("throttle_*", "ibex:lease-avoid:*", "ibex:parts-mix*",
+                                        "ibex:provider-reliability")
                  for key in client.scan_iter(match=cache.make_key(pattern))]
         if stale:
             client.delete(*stale)

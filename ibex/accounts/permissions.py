@@ -48,3 +48,9 @@ class ReadOrProvide(_ScopePermission):
 class ReadOrTrade(_ScopePermission):
     scope = "trade"
     message = "Trading needs an API key with the 'trade' scope."
+
+
+class Read(_ScopePermission):
+    """`read` whatever the method: for a POST that changes nothing (a quote)."""
+
+    scope = "read"
