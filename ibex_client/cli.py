@@ -500,8 +500,11 @@ def do_ssh(args, client: Client, out: Out) -> int:
                   "argv": argv})
         return EXIT_OK
     sys.stdout.flush()
-    os.execvp(argv[0], argv)
-    return EXIT_FAILED  # not reached
+    try:
+        os.execvp(argv[0], argv)  # ssh takes over this process
+    except OSError as exc:
+        raise ApiError(f"cannot run {argv[0]}: {exc.strerror}", code="no_ssh") from None
+    return EXIT_OK
 
 
 def do_logs(args, client: Client, out: Out) -> int:

@@ -60,7 +60,11 @@ def relative(moment: datetime | None, now: datetime | None = None) -> str:
     return f"in {count} {unit}" if seconds > 0 else f"{count} {unit} ago"
 
 
-def width() -> int:
+def width(stream=None) -> int | None:
+    """The terminal's width; None (no limit) where the output is not a terminal."""
+    stream = stream or sys.stdout
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        return None
     return shutil.get_terminal_size((100, 24)).columns
 
 
@@ -70,8 +74,9 @@ def table(rows: list[list], headers: list[str], *, stream=None, max_width: int |
     cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in row]
                                             for row in rows]
     widths = [max(len(_plain(r[i])) for r in cells) for i in range(len(headers))]
-    room = (max_width or width()) - 2 * (len(headers) - 1)
-    while sum(widths) > room:
+    limit = max_width or width(stream)
+    room = (limit or sum(widths)) - 2 * (len(headers) - 1)
+    while limit and sum(widths) > room:
         widest = max(range(len(widths)), key=widths.__getitem__)
         if widths[widest] <= 8:
             break
