@@ -44,3 +44,6 @@ def ibex(capsys):
         return code, captured.out, captured.err
 
     return run
+
+
+from tests.client.live import exchange  # noqa: E402, F401  - the live exchange, for test_live*
