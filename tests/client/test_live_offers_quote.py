@@ -74,8 +74,9 @@ def test_the_order_placed_after_a_quote_gets_what_was_quoted(exchange):
 
 
 def test_a_quote_nothing_can_fill_is_exit_1_with_the_reason(exchange):
-    refused = exchange.ibex("quote", "--gpus", "64", "--model", "H100-80GB", "--within",
-                            "leaf", "--hours", "1", "--json")
+    # 16 GPUs on one node of eight: the fabric has them, no node does
+    refused = exchange.ibex("quote", "--gpus", "16", "--model", "H100-80GB", "--within",
+                            "node", "--hours", "1", "--json")
 
     assert refused.code == 1
     assert refused.json["fillable"] is False and refused.json["reason"]
