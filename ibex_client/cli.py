@@ -445,7 +445,7 @@ def lease_text(lease) -> str:
             code = "" if r.exit_code is None else f" (exit {r.exit_code})"
             lines.append(f"    rank {r.node_rank} on {r.node}: {output.state(r.state)}{code}"
                          + (f" {r.error}" if r.error else ""))
-    for a in lease.access:
+    for a in sorted(lease.access, key=lambda a: a.node):  # rank order
         if a.ssh or a.slurm:
             lines.append(f"  access    {a.node}: {a.ssh or a.slurm}")
     return "\n".join(lines)
@@ -549,7 +549,7 @@ def do_balance(args, client: Client, out: Out) -> int:
             ["held back (provider)", output.money(b.held_back, b.currency)],
             ["spend limit per hour", output.money(b.spend_limit_per_hour, b.currency)],
             ["spend limit per month", output.money(b.spend_limit_per_month, b.currency)]]
-    out.emit(b.to_json(), f"{b.organization}\n" + output.table(rows, ["", ""], right={1}))
+    out.emit(b.to_json(), f"{b.organization}\n" + output.table(rows, None, right={1}))
     return EXIT_OK
 
 

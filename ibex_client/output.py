@@ -68,9 +68,12 @@ def width(stream=None) -> int | None:
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def table(rows: list[list], headers: list[str], *, stream=None, max_width: int | None = None,
-          right: set[int] = frozenset()) -> str:
-    """Columns aligned; when too wide for the terminal, the widest column is cut with `…`."""
+def table(rows: list[list], headers: list[str] | None, *, stream=None,
+          max_width: int | None = None, right: set[int] = frozenset()) -> str:
+    """Columns aligned; when too wide for the terminal, the widest column is cut with `…`.
+    Without headers, no header line."""
+    shown = headers is not None
+    headers = headers if shown else [""] * len(rows[0])
     cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in row]
                                             for row in rows]
     widths = [max(len(_plain(r[i])) for r in cells) for i in range(len(headers))]
@@ -89,7 +92,8 @@ def table(rows: list[list], headers: list[str], *, stream=None, max_width: int |
             pad = " " * (widths[i] - len(_plain(text)))
             out.append(pad + text if i in right else text + pad)
         line = "  ".join(out).rstrip()
-        lines.append(paint(line, "bold", stream) if n == 0 else line)
+        if n or shown:
+            lines.append(paint(line, "bold", stream) if n == 0 else line)
     return "\n".join(lines)
 
 
