@@ -117,7 +117,8 @@ def order_options(parser: argparse.ArgumentParser, *, bid: bool) -> None:
     what.add_argument("--tier", choices=tiers, default=tiers[0])
     what.add_argument("--max-price", type=dollars, required=bid, metavar="PRICE",
                       help="limit per GPU-hour (per part-hour for parts)"
-                           + ("" if bid else "; default: the price quoted just before"))
+                           + ("" if bid else "; default: the dearest price on offer for the "
+                                             "models, after a quote"))
     what.add_argument("--start-after", type=moment, metavar="TIME",
                       help="start no earlier (ISO 8601 or +2h); reserved bids need it")
     what.add_argument("--start-before", type=moment, metavar="TIME",
@@ -361,11 +362,13 @@ def do_order(args, client: Client, out: Out) -> int:
     else:
         if kw["max_price"] is None:
             quote = client.quote(**kw)
-            if not quote.fillable or quote.price_per_gpu_hour is None:
+            if not quote.fillable:
                 raise ApiError(f"nothing to fill it now: {quote.reason}", code="not_fillable")
-            kw["max_price"] = quote.price_per_gpu_hour
-            Out.note(f"limit: {output.money(quote.price_per_gpu_hour, per='GPU-h')} "
-                     f"(the price quoted now)")
+            kw["max_price"] = quote.max_price_per_gpu_hour
+            Out.note(f"quoted {output.money(quote.price_per_gpu_hour, per='GPU-h')}, total "
+                     f"{output.money(quote.total)}; limit "
+                     f"{output.money(quote.max_price_per_gpu_hour, per='GPU-h')} (the dearest "
+                     f"on offer)")
         order = client.order(idempotency_key=key, **kw)
     result = {"order": order.to_json(), "lease": None}
     if order.state in ("refused", "cancelled", "expired"):

@@ -191,21 +191,36 @@ class Client:
         return [Offer.from_json(row) for row in answer.get("results", [])]
 
     def quote(self, **order) -> Quote:
-        """What `order(**order)` would get now; takes the same arguments."""
-        body = order_body(**order, for_quote=True)
-        return Quote.from_json(self.post("/api/v1/quote/", body))
+        """What `order(**order)` would get now; takes the same arguments. The API prices a
+        quote under a limit like an order: without `max_price`, the limit is the dearest
+        price on offer for the models (`price_ceiling`), so the quote is the cheapest fill."""
+        if order.get("max_price") is None:
+            order["max_price"] = self.price_ceiling(models_of(order))
+        quote = Quote.from_json(self.post("/api/v1/quote/", order_body(**order)))
+        quote.max_price_per_gpu_hour = Decimal(str(order["max_price"]))
+        return quote
+
+    def price_ceiling(self, models: list[str]) -> Decimal:
+        """The dearest price per GPU-hour on offer now for these models."""
+        prices = [o.max_price_per_gpu_hour for o in self.offers(group_by=["model"])
+                  if o.model in models and o.max_price_per_gpu_hour is not None]
+        if not prices:
+            raise ApiError(f"no {' or '.join(models)} is on offer now", code="not_fillable",
+                           field="gpu_models")
+        return max(prices)
 
     # --- orders ---------------------------------------------------------------------------
 
     def order(self, *, idempotency_key: str | None = None, **order) -> Order:
-        """Place an order (see `order_body` for the arguments). Without `max_price`, the
-        limit is the price quoted just before: the order fills at that price or is refused.
-        Returns the Order; `.wait_active()` waits for its lease."""
+        """Place an order (see `order_body` for the arguments). Without `max_price`, it is
+        quoted first and placed under the quote's limit, so it gets what was quoted (or is
+        refused when nothing can fill it). Returns the Order; `.wait_active()` waits for its
+        lease."""
         if order.get("max_price") is None:
             quote = self.quote(**order)
-            if not quote.fillable or quote.price_per_gpu_hour is None:
+            if not quote.fillable:
                 raise ApiError(f"nothing to fill it now: {quote.reason}", code="not_fillable")
-            order["max_price"] = quote.price_per_gpu_hour
+            order["max_price"] = quote.max_price_per_gpu_hour
         key = idempotency_key or new_idempotency_key()
         answer = self.post("/api/v1/orders/", order_body(**order), idempotency_key=key)
         return Order.from_json(answer, client=self, idempotency_key=key)
@@ -390,6 +405,12 @@ class Client:
                         held_back=account.held_back, months=statements)
 
 
+def models_of(order: dict) -> list[str]:
+    model = order.get("model")
+    return list(order.get("models") or []) + (
+        [model] if isinstance(model, str) else list(model or []))
+
+
 def order_body(*, gpus: int | None = None, model: str | list[str] | None = None,
                models: list[str] | None = None, hours: int, tier: str = "on_demand",
                within: str | None = None, prefer: str | None = None,
@@ -398,9 +419,9 @@ def order_body(*, gpus: int | None = None, model: str | list[str] | None = None,
                workdir: str = "", ssh_keys: list[str] | None = None,
                mig_profile: str | None = None, share: int | None = None,
                count: int | None = None, fill: str | None = None,
-               allow_moves: bool | None = None, for_quote: bool = False) -> dict:
+               allow_moves: bool | None = None) -> dict:
     """The JSON of `POST /api/v1/orders/` (and `/quote/`) from keyword arguments."""
-    names = list(models or []) + ([model] if isinstance(model, str) else list(model or []))
+    names = models_of({"model": model, "models": models})
     if not names:
         raise ApiError("name a GPU model", code="invalid", field="gpu_models")
     body: dict = {"gpu_models": names, "hours": int(hours), "tier": tier}
@@ -414,7 +435,7 @@ def order_body(*, gpus: int | None = None, model: str | list[str] | None = None,
         body["count"] = int(count)
     if max_price is not None:
         body["max_price_per_gpu_hour"] = _dollars(max_price)
-    elif not for_quote:
+    else:
         raise ApiError("give a limit price", code="invalid", field="max_price_per_gpu_hour")
     if within or prefer:
         body["topology"] = {"required": within} if within else {"preferred": prefer}

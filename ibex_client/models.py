@@ -101,6 +101,7 @@ class Quote(Result):
     locality: dict | None
     placement: list[Place]
     reason: str
+    max_price_per_gpu_hour: Decimal | None = None  # the limit it was asked with
 
     @classmethod
     def from_json(cls, d: dict) -> Quote:

@@ -204,12 +204,16 @@ def test_a_malformed_query_is_exit_1_naming_q(stub, ibex):
 
 def test_a_quote_is_asked_with_the_order_body(stub, ibex):
     stub.answer("POST", "/api/v1/quote/", (200, QUOTE))
+    stub.answer("GET", "/api/v1/offers/", (200, OFFERS))
 
-    quote = Client().quote(gpus=16, model="H100-80GB", within="leaf", hours=24, tier="spot")
+    quote = Client().quote(gpus=16, model="H100-80GB", within="leaf", hours=24, tier="spot",
+                           max_price="2.50")
 
     assert stub.seen[-1].body == {"gpu_models": ["H100-80GB"], "gpus": 16, "hours": 24,
-                                  "tier": "spot", "topology": {"required": "leaf"}}
+                                  "tier": "spot", "topology": {"required": "leaf"},
+                                  "max_price_per_gpu_hour": "2.50"}
     assert isinstance(quote, Quote) and quote.total == Decimal("64.00")
+    assert quote.max_price_per_gpu_hour == Decimal("2.50")
     assert quote.placement[0].node == "gpu01"
 
     code, out, _ = ibex("quote", "--gpus", "16", "--model", "H100-80GB", "--within", "leaf",
@@ -221,7 +225,18 @@ def test_a_quote_is_asked_with_the_order_body(stub, ibex):
         "placement: gpu01/0,1,2,3,4,5,6,7, gpu02/0,1,2,3,4,5,6,7"]
 
 
+def test_a_quote_of_models_not_on_offer_is_exit_1_naming_gpu_models(stub, ibex):
+    stub.answer("GET", "/api/v1/offers/", (200, OFFERS))
+
+    code, _, err = ibex("quote", "--gpus", "8", "--model", "B200", "--hours", "1")
+
+    assert code == 1
+    assert err == "ibex: gpu_models: no B200 is on offer now\n"
+    assert stub.requests_to("/api/v1/quote/") == []
+
+
 def test_a_quote_that_cannot_be_filled_is_exit_1_with_the_reason(stub, ibex):
+    stub.answer("GET", "/api/v1/offers/", (200, OFFERS))
     stub.answer("POST", "/api/v1/quote/", (200, {
         "fillable": False, "tier": "on_demand", "gpus": 64, "price_per_gpu_hour": None,
         "total": None, "locality": None, "placement": [],
@@ -312,7 +327,7 @@ ORDER_KEYS = {"id", "state", "reason", "lease", "gpu_models", "gpus", "mig_profi
      {"order", "lease"}),
     (("quote", "--gpus", "16", "--model", "H100-80GB", "--hours", "2"),
      {"fillable", "tier", "gpus", "price_per_gpu_hour", "total", "locality", "placement",
-      "reason"}),
+      "reason", "max_price_per_gpu_hour"}),
 ])
 def test_json_output_has_stable_keys_whatever_the_server_adds(stub, ibex, args, keys):
     extra = {"added_by_a_newer_server": 1}
@@ -325,6 +340,7 @@ def test_json_output_has_stable_keys_whatever_the_server_adds(stub, ibex, args, 
     stub.answer("GET", "/api/v1/account/", (200, {**ACCOUNT, **extra}))
     stub.answer("POST", "/api/v1/orders/", (201, {**ORDER, **extra}))
     stub.answer("POST", "/api/v1/quote/", (200, {**QUOTE, **extra}))
+    stub.answer("GET", "/api/v1/offers/", (200, OFFERS))
 
     code, out, err = ibex(*args, "--json")
 

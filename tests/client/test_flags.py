@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.client.samples import ORDER, QUOTE
+from tests.client.samples import OFFERS, ORDER, QUOTE
 
 ORDER_ARGS = ("--gpus", "16", "--model", "H100-80GB", "--within", "leaf", "--hours", "2",
               "--max-price", "2.00")
@@ -15,6 +15,7 @@ ORDER_ARGS = ("--gpus", "16", "--model", "H100-80GB", "--within", "leaf", "--hou
 def orders(stub):
     stub.answer("POST", "/api/v1/orders/", (201, ORDER))
     stub.answer("POST", "/api/v1/quote/", (200, QUOTE))
+    stub.answer("GET", "/api/v1/offers/", (200, OFFERS))
     return stub
 
 
@@ -83,15 +84,18 @@ def test_a_fresh_idempotency_key_is_sent_and_printed_and_a_given_one_reused(orde
     assert json.loads(out)["order"]["idempotency_key"] == "retry-1"
 
 
-def test_without_a_limit_the_order_is_limited_to_the_price_just_quoted(orders, ibex):
+def test_without_a_limit_the_order_is_quoted_first_under_the_dearest_price_on_offer(orders,
+                                                                                   ibex):
     code, _, err = ibex("order", "--gpus", "16", "--model", "H100-80GB", "--within", "leaf",
                         "--hours", "2")
 
     assert code == 0, err
+    assert orders.requests_to("/api/v1/offers/")[-1].query == {"group_by": "model"}
     quoted = sent(orders, "/api/v1/quote/").body
-    assert "max_price_per_gpu_hour" not in quoted
-    assert sent(orders).body == {**quoted, "max_price_per_gpu_hour": "2.00"}
-    assert "limit: 2.00 USD/GPU-h (the price quoted now)" in err
+    assert quoted["max_price_per_gpu_hour"] == "2.80"  # the dearest H100-80GB on offer
+    assert sent(orders).body == quoted
+    assert ("quoted 2.00 USD/GPU-h, total 64.00 USD; limit 2.80 USD/GPU-h (the dearest on "
+            "offer)") in err
 
 
 def test_global_options_go_before_or_after_the_command(stub, ibex):

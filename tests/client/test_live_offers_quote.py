@@ -16,7 +16,7 @@ OFFER_KEYS = {"model", "fabric", "leaf", "provider", "gpus", "price_per_gpu_hour
               "max_price_per_gpu_hour", "leaf_free", "spine_free", "reliability",
               "mig_profiles", "shares"}
 QUOTE_KEYS = {"fillable", "tier", "gpus", "price_per_gpu_hour", "total", "locality",
-              "placement", "reason"}
+              "placement", "reason", "max_price_per_gpu_hour"}
 ASK = ("--gpus", "16", "--model", "H100-80GB", "--within", "leaf", "--hours", "24")
 
 
@@ -64,8 +64,8 @@ def test_the_order_placed_after_a_quote_gets_what_was_quoted(exchange):
     placed = exchange.ibex("order", *ASK, "--wait", "--timeout", "90", "--json")
     assert placed.code == 0, placed.err
     lease = placed.json["lease"]
-    assert Decimal(placed.json["order"]["max_price_per_gpu_hour"]) == Decimal(
-        quote["price_per_gpu_hour"])  # without --max-price, the limit is the quoted price
+    # without --max-price, quoted again and placed under the quote's limit
+    assert placed.json["order"]["max_price_per_gpu_hour"] == quote["max_price_per_gpu_hour"]
     assert Decimal(lease["price_per_gpu_hour"]) == Decimal(quote["price_per_gpu_hour"])
     assert sorted((g["node"], g["index"]) for g in lease["gpus"]) == sorted(
         (p["node"], p["index"]) for p in quote["placement"])
