@@ -17,7 +17,7 @@ OFFER_KEYS = {"model", "fabric", "leaf", "provider", "gpus", "price_per_gpu_hour
               "mig_profiles", "shares"}
 QUOTE_KEYS = {"fillable", "tier", "gpus", "price_per_gpu_hour", "total", "locality",
               "placement", "reason", "max_price_per_gpu_hour"}
-ASK = ("--gpus", "16", "--model", "H100-80GB", "--within", "leaf", "--hours", "24")
+ASK = ("--gpus", "16", "--model", "H100-80GB", "--within", "leaf", "--hours", "4")
 
 
 def test_offers_show_the_free_gpus_grouped_and_filtered(exchange):
@@ -58,7 +58,7 @@ def test_the_order_placed_after_a_quote_gets_what_was_quoted(exchange):
     assert set(quote) == QUOTE_KEYS
     assert quote["fillable"] is True and quote["gpus"] == 16
     assert Decimal(quote["price_per_gpu_hour"]) == Decimal("2.00")
-    assert Decimal(quote["total"]) == Decimal("2.00") * 16 * 24
+    assert Decimal(quote["total"]) == Decimal("2.00") * 16 * 4
     assert quote["locality"]["leaves"] == 1
 
     placed = exchange.ibex("order", *ASK, "--wait", "--timeout", "90", "--json")
