@@ -135,3 +135,47 @@ def test_the_pure_cores_import_no_framework():
 
     assert pure_modules(), "the pure cores moved: update this test's idea of where they are"
     assert found == []
+
+
+# --- the client package -------------------------------------------------------------------------
+# `ibex_client` (the `ibex` command and the Python client) stands aside like `agent/`: it is
+# installed on people's laptops, so it imports no app, no framework, nothing of the server:
+# the standard library, `requests` and itself only.
+CLIENT = "ibex_client"
+CLIENT_MAY_IMPORT = {CLIENT, "requests", "__future__"}
+
+
+def client_modules() -> dict[str, Path]:
+    modules = {}
+    for path in (ROOT / CLIENT).rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def test_the_client_imports_only_itself_requests_and_the_standard_library():
+    import sys
+
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for module, path in client_modules().items()
+        for name, line in imported_names(module, path)
+        if (top := name.split(".")[0]) not in CLIENT_MAY_IMPORT
+        and top not in sys.stdlib_module_names
+    ]
+
+    assert client_modules(), "the client moved: update this test's idea of where it is"
+    assert found == []
+
+
+def test_no_app_imports_the_client():
+    found = [
+        f"{MODULES[module].relative_to(ROOT)}:{line} imports {name}"
+        for module, path in MODULES.items()
+        for name, line in imported_names(module, path)
+        if name.split(".")[0] == CLIENT
+    ]
+
+    assert found == []
