@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
-from django.core.cache import cache
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from billing.core.money import divide_rounded
 from fabric.core.locality import Locality, NodeKey
+from ibex.caching import remembered
 from market import leasing
 from market.core.parts import (
     POSITION_SPAN,
@@ -96,16 +96,15 @@ def recent_mix(pool_id: int | None = None) -> tuple[MixItem, ...]:
     Empty while there are too few orders to learn from (plain best fit then). `pool_id`: a
     private pool's orders instead of the public market's."""
     key = MIX_KEY if pool_id is None else f"{MIX_KEY}:{pool_id}"
-    cached = cache.get(key)
-    if cached is not None:
-        return tuple(MixItem(*item) for item in cached)
+    return remembered(key, MIX_CACHE_S, lambda: _mix_of_orders(pool_id))
+
+
+def _mix_of_orders(pool_id: int | None) -> tuple[MixItem, ...]:
     rows = list(Order.objects.filter(created_at__gte=timezone.now() - MIX_WINDOW,
                                      pool_id=pool_id, mig_profile="")
                 .order_by("-created_at").values_list("gpus", "gpu_share")[:MIX_ORDERS])
     counts = Counter((1, share) if share else (gpus, WHOLE) for gpus, share in rows)
-    mix = mix_of(counts) if len(rows) >= MIX_MIN_ORDERS else ()
-    cache.set(key, [list(item) for item in mix], MIX_CACHE_S)
-    return mix
+    return mix_of(counts) if len(rows) >= MIX_MIN_ORDERS else ()
 
 
 def placer_with_mix():

@@ -23,10 +23,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
+from ibex.caching import remembered
 from pool.services import UNREACHABLE_AFTER_INTERVALS
 
 WINDOW = timedelta(days=30)
@@ -112,11 +112,4 @@ def availability(total_seconds, down_seconds) -> Decimal | None:
 def recent_provider_reliability() -> dict[int, Decimal | None]:
     """`provider_reliability` now, kept in the cache for a minute (the offers endpoint reads
     it on every request; one measure over every node costs ~100 ms on 12,500 nodes)."""
-    cached = cache.get(CACHE_KEY)
-    if cached is not None:
-        return {int(pid): None if value is None else Decimal(value)
-                for pid, value in cached.items()}
-    measured = provider_reliability()
-    cache.set(CACHE_KEY, {str(pid): None if value is None else str(value)
-                          for pid, value in measured.items()}, CACHE_S)
-    return measured
+    return remembered(CACHE_KEY, CACHE_S, provider_reliability)

@@ -11,6 +11,7 @@ from django.utils import timezone
 from billing import services as money
 from billing.models import Hold
 from market import auctions, leasing, prices
+from market.core.parts import MixItem
 from market.models import Allocation, Lease, Order
 from market.orders import OrderError, OrderRequest, place_order
 from market.parts import recent_mix
@@ -331,7 +332,7 @@ def test_an_on_demand_gpu_is_placed_against_the_recent_mix(provider, tenant, ten
         locality={}, actor="test")  # 4 free on the first node, 5 on the second
     one_gpu = {"gpu_models": ["H100-80GB"], "gpus": 1, "hours": 1, "tier": "on_demand",
                "max_price_per_gpu_hour": "3.00"}
-    cache.set("ibex:parts-mix", [[1000, 0, 0.5, 1], [1000, 0, 0.5, 4]], 60)
+    cache.set("ibex:parts-mix", (MixItem(1000, 0, 0.5, 1), MixItem(1000, 0, 0.5, 4)), 60)
 
     placed = order(tenant_client, one_gpu).json()
 
