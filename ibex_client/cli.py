@@ -328,6 +328,15 @@ def what_text(gpus: int | None, kw: dict) -> str:
     return f"{thing} of {', '.join(kw['model'])}"
 
 
+def unit_of(kw: dict) -> str:
+    """What a price is per, as people read it: a GPU-hour, or a slice- or share-hour."""
+    return "slice-h" if kw.get("mig_profile") else "share-h" if kw.get("share") else "GPU-h"
+
+
+def lease_unit(lease) -> str:
+    return "slice-h" if lease.mig_profile else "share-h" if lease.gpu_share else "GPU-h"
+
+
 def do_quote(args, client: Client, out: Out) -> int:
     kw = order_kwargs(args)
     quote = client.quote(**kw)
@@ -338,7 +347,7 @@ def do_quote(args, client: Client, out: Out) -> int:
         loc = quote.locality or {}
         text = "\n".join([
             f"{what_text(quote.gpus, kw)}, {quote.tier}, {kw['hours']} h: "
-            f"{output.money(quote.price_per_gpu_hour, per='GPU-h')}, "
+            f"{output.money(quote.price_per_gpu_hour, per=unit_of(kw))}, "
             f"total {output.money(quote.total)}",
             f"locality: {loc.get('leaves', '?')} leaf, {loc.get('spines', '?')} spine, "
             f"at most {loc.get('max_hops', '?')} hops" if loc else "locality: -",
@@ -365,10 +374,10 @@ def do_order(args, client: Client, out: Out) -> int:
             if not quote.fillable:
                 raise ApiError(f"nothing to fill it now: {quote.reason}", code="not_fillable")
             kw["max_price"] = quote.max_price_per_gpu_hour
-            Out.note(f"quoted {output.money(quote.price_per_gpu_hour, per='GPU-h')}, total "
-                     f"{output.money(quote.total)}; limit "
-                     f"{output.money(quote.max_price_per_gpu_hour, per='GPU-h')} (the dearest "
-                     f"on offer)")
+            Out.note(f"quoted {output.money(quote.price_per_gpu_hour, per=unit_of(kw))}, "
+                     f"total {output.money(quote.total)}; limit "
+                     f"{output.money(quote.max_price_per_gpu_hour, per=unit_of(kw))} (the "
+                     f"dearest on offer)")
         order = client.order(idempotency_key=key, **kw)
     result = {"order": order.to_json(), "lease": None}
     if order.state in ("refused", "cancelled", "expired"):
@@ -424,8 +433,9 @@ def lease_text(lease) -> str:
     loc = lease.locality
     lines = [
         f"lease {lease.id}  {output.state(lease.state)}  {lease.tier}  {lease.gpu_count} × "
-        f"{lease.gpu_model}" + (f" [{lease.mig_profile}]" if lease.mig_profile else ""),
-        f"  price     {output.money(lease.price_per_gpu_hour, per='GPU-h')} "
+        f"{lease.gpu_model}" + (f" [{lease.mig_profile}]" if lease.mig_profile else "")
+        + (f" [share {lease.gpu_share}/1000]" if lease.gpu_share else ""),
+        f"  price     {output.money(lease.price_per_gpu_hour, per=lease_unit(lease))} "
         f"(limit {output.money(lease.max_price_per_gpu_hour)})",
         f"  runs      {output.relative(lease.starts_at)} → "
         + (f"ended {output.relative(lease.ended_at)}" if lease.ended_at
@@ -456,8 +466,10 @@ def lease_text(lease) -> str:
 
 def do_leases(args, client: Client, out: Out) -> int:
     leases = client.leases(state=args.state, limit=args.limit)
-    rows = [[x.id, output.state(x.state), x.tier, x.gpu_count, x.gpu_model,
-             output.money(x.price_per_gpu_hour, per="GPU-h"),
+    rows = [[x.id, output.state(x.state), x.tier, x.gpu_count,
+             x.gpu_model + (f" {x.mig_profile}" if x.mig_profile else "")
+             + (f" share {x.gpu_share}/1000" if x.gpu_share else ""),
+             output.money(x.price_per_gpu_hour, per=lease_unit(x)),
              output.relative(x.ended_at or x.ends_at),
              x.workload.state if x.workload else "-"] for x in leases]
     out.emit([x.to_json() for x in leases], output.table(

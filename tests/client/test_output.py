@@ -66,3 +66,15 @@ def test_the_spinner_spins_only_on_a_terminal():
 
     assert quiet.getvalue() == ""
     assert "lease 7 placing" in loud.getvalue() and loud.getvalue().endswith("\r\033[K")
+
+
+def test_prices_of_parts_read_per_slice_or_share_hour():
+    from types import SimpleNamespace as NS
+
+    from ibex_client.cli import lease_unit, unit_of
+
+    assert unit_of({"gpus": 8}) == "GPU-h"
+    assert unit_of({"mig_profile": "1g.10gb"}) == "slice-h"
+    assert unit_of({"share": 250}) == "share-h"
+    assert lease_unit(NS(mig_profile="", gpu_share=250)) == "share-h"
+    assert lease_unit(NS(mig_profile="3g.40gb", gpu_share=None)) == "slice-h"
