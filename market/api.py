@@ -3,6 +3,7 @@ serialize."""
 
 from django.db.models import Count, Max, Min, Prefetch
 from django.utils import timezone
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -669,10 +670,19 @@ class OfferListSerializer(serializers.Serializer):
     count = serializers.IntegerField(help_text="groups that matched, before the limit")
 
 
+class OneObjectSchema(AutoSchema):
+    """The schema of a `list` action that answers one object (its results and a count), not
+    an array of them."""
+
+    def _is_list_view(self, serializer=None) -> bool:
+        return False
+
+
 class OfferViewSet(viewsets.ViewSet):
     """Free capacity of the public market, grouped and filtered by a query."""
 
     permission_classes = [Read]
+    schema = OneObjectSchema()
 
     @extend_schema(
         parameters=[
