@@ -19,6 +19,7 @@ import os
 import stat
 import threading
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -137,17 +138,21 @@ def check_part(part: Part) -> str:
     return ""
 
 
-class Enforcer:
-    """Makes parts real on the GPUs (or pretends to)."""
+class Enforcer(ABC):
+    """Makes parts real on the GPUs (or pretends to): `NodeEnforcer`, `SimulatedEnforcer`."""
 
+    @abstractmethod
     def set_up(self, part: Part) -> Device:
-        raise NotImplementedError
+        """Make the part (a MIG instance, MPS limits) and say how it went."""
 
     def tear_down(self, device: Device) -> None:
-        """Remove what set_up made; MigError to be tried again later."""
+        """Remove what set_up made; MigError to be tried again later. (Nothing by default.)"""
+        return None
 
     def refresh(self, device: Device) -> None:
-        """Re-check a device whose enforcement may change by itself (the MPS daemon)."""
+        """Re-check a device whose enforcement may change by itself (the MPS daemon).
+        (Nothing by default.)"""
+        return None
 
     def mps_pipe_directory(self) -> str | None:
         """Where the lease's processes find the MPS control daemon, to pass on to them."""

@@ -58,18 +58,19 @@ def test_parts_of_gpus_are_a_profile_or_a_share_with_a_count(orders, ibex, flags
 
 
 def test_a_reserved_bid_carries_its_start_window(orders, ibex):
-    before = datetime.now(UTC)
+    before = datetime.now(UTC)  # "+2h" is read against the real clock, so is the window's end
+    latest = (before + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     code, _, err = ibex("bid", "--tier", "reserved", "--gpus", "8", "--model", "H100-80GB",
                         "--hours", "48", "--max-price", "1.80", "--start-after", "+2h",
-                        "--start-before", "2030-01-01T00:00:00Z")
+                        "--start-before", latest)
 
     assert code == 0, err
     body = sent(orders).body
     assert body["tier"] == "reserved"
     earliest = datetime.fromisoformat(body["start_window"]["earliest"].replace("Z", "+00:00"))
     assert timedelta(hours=2) <= earliest - before < timedelta(hours=2, minutes=1)
-    assert body["start_window"]["latest"] == "2030-01-01T00:00:00Z"
+    assert body["start_window"]["latest"] == latest
 
 
 def test_a_fresh_idempotency_key_is_sent_and_printed_and_a_given_one_reused(orders, ibex):

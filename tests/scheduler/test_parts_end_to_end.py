@@ -3,7 +3,6 @@ real `ibex-agent simulate` making the slices and shares and reporting them."""
 
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
@@ -15,16 +14,7 @@ from market.models import Lease
 from pool.models import Node
 from scheduler import placing as scheduler
 from tests.market.inventory import provider_with_nodes
-
-DEADLINE_S = 60
-
-
-def wait_for(check, what: str):
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+from tests.scheduler.test_order_to_active import wait_for
 
 
 @pytest.mark.django_db(transaction=True)
