@@ -261,9 +261,14 @@ class PartsManager:
         self.retired: list[tuple[str, Device]] = []  # replaced parts of a running lease
         for lease, record in (records or {}).items():
             try:
-                self.leases[lease] = LeaseParts(
-                    [Device.from_dict(item) for item in record.get("devices") or []],
-                    releasing=bool(record.get("releasing")))
+                devices = [Device.from_dict(item) for item in record.get("devices") or []]
+                # slices a running lease no longer uses: an agent that restarts must still
+                # destroy them once the lease's processes are gone
+                self.retired += [(lease, Device.from_dict(item))
+                                 for item in record.get("retired") or []]
+                if devices or record.get("releasing"):
+                    self.leases[lease] = LeaseParts(devices,
+                                                    releasing=bool(record.get("releasing")))
             except (TypeError, AttributeError):
                 log.warning("lease %s: its parts in the state file are unreadable; left alone", lease)
 
@@ -291,8 +296,13 @@ class PartsManager:
 
     def snapshot(self) -> dict[str, dict]:
         with self.lock:
-            return {lease: {"devices": [asdict(d) for d in held.devices], "releasing": held.releasing}
-                    for lease, held in self.leases.items()}
+            records = {lease: {"devices": [asdict(d) for d in held.devices],
+                               "releasing": held.releasing}
+                       for lease, held in self.leases.items()}
+            for lease, device in self.retired:
+                record = records.setdefault(lease, {"devices": [], "releasing": False})
+                record.setdefault("retired", []).append(asdict(device))
+            return records
 
     # actions
 
@@ -354,7 +364,9 @@ class PartsManager:
         """Destroy the slices of stopped leases whose processes are gone (`busy(lease)` is
         False); True when a lease's parts are all gone (it leaves `serving`)."""
         with self.lock:
+            retired = len(self.retired)
             self.retired = [(lease, d) for lease, d in self.retired if not self._destroyed(lease, d, busy)]
+            destroyed_retired = len(self.retired) < retired
             done = []
             for lease, held in self.leases.items():
                 if not held.releasing or busy(lease):
@@ -365,7 +377,7 @@ class PartsManager:
             for lease in done:
                 del self.leases[lease]
                 log.info("lease %s: its GPU parts are released", lease)
-        if done:
+        if done or destroyed_retired:
             self.save()
         return bool(done)
 

@@ -20,10 +20,11 @@ in *where* they put jobs, and through that in what fits later.
 
 from __future__ import annotations
 
+import heapq
 import random
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from scheduler.core.placement import MixItem, Request, SharedGpu, SharedRequest, choose_shared_gpu
 from scheduler.core.placement.fgd import Demand, FragmentationScorer, NodeFree, mix_of
@@ -148,6 +149,7 @@ class BestFit(Policy):
         self.mix = tuple(mix)
         self.scorer = FragmentationScorer(demands) if demands else None
         self._nodes: dict[str, tuple[int, NodeFree, tuple[int | None, ...]]] = {}
+        self._groups: NodeGroups | None = None
 
     def place_whole(self, state: ClusterState, job: Job) -> Allocation | None:
         if state.single_node(job):
@@ -213,11 +215,16 @@ class BestFit(Policy):
 
         return state.host_allocation(job, min(fitting, key=key))
 
-    def candidates(self, state: ClusterState, job: Job) -> Iterator[tuple[str, NodeFree]]:
-        """Every node of the job's GPU models, in file order, as the scorer sees it."""
-        for name in state.order:
-            if job.gpus == 0 or state.model_ok(name, job):
-                yield name, self.node_free(state, name)[0]
+    def candidates(self, state: ClusterState, job: Job) -> list[tuple[str, NodeFree]]:
+        """One node per group of alike nodes of the job's GPU models, in file order, as the
+        scorer sees it. The scorer breaks ties by the order it is given, so the group's
+        first node is the one it would pick among them: its answer is the answer over every
+        node, at the cost of one score per group."""
+        if self._groups is None or self._groups.state is not state:
+            self._groups = NodeGroups(state, self.node_free)
+        return [(name, self.node_free(state, name)[0])
+                for name in self._groups.representatives()
+                if job.gpus == 0 or state.model_ok(name, job)]
 
     def node_free(self, state: ClusterState, name: str) -> tuple[NodeFree, tuple[int | None, ...]]:
         """The node's free GPUs (whole ones, then open shared slots), CPU and memory, and the
@@ -233,6 +240,54 @@ class BestFit(Policy):
         positions = (None,) * whole + tuple(slots)
         self._nodes[name] = (version, node, positions)
         return node, positions
+
+
+class NodeGroups:
+    """The nodes of a `ClusterState` grouped by all the fragmentation scorer reads of them
+    (GPU model, free compute per GPU, CPU and memory): nodes of one group score alike. Kept up
+    to date from the nodes the state marks dirty, so a placement costs one score per group
+    (a few dozen) rather than one per node (thousands)."""
+
+    def __init__(self, state: ClusterState,
+                 node_free: Callable[[ClusterState, str], tuple[NodeFree, tuple]]) -> None:
+        self.state = state
+        self.node_free = node_free
+        self.position = {name: i for i, name in enumerate(state.order)}
+        self.group_of: dict[str, tuple] = {}
+        self.size: Counter = Counter()
+        # per group, (file position, node) in a heap; entries of nodes that left are
+        # dropped when they reach the top
+        self.members: dict[tuple, list[tuple[int, str]]] = {}
+        state.dirty.clear()
+        for name in state.order:
+            self.regroup(name)
+
+    def regroup(self, name: str) -> None:
+        node = self.node_free(self.state, name)[0]
+        key = (node.gpu_model, tuple(sorted(node.gpus, reverse=True)), node.cpu_milli,
+               node.memory_mib)
+        old = self.group_of.get(name)
+        if old == key:
+            return
+        if old is not None:
+            self.size[old] -= 1
+            if not self.size[old]:
+                del self.size[old], self.members[old]
+        self.group_of[name] = key
+        self.size[key] += 1
+        heapq.heappush(self.members.setdefault(key, []), (self.position[name], name))
+
+    def representatives(self) -> list[str]:
+        """The first node in file order of every group."""
+        for name in self.state.dirty:
+            self.regroup(name)
+        self.state.dirty.clear()
+        firsts = []
+        for key, heap in self.members.items():
+            while self.group_of[heap[0][1]] != key:
+                heapq.heappop(heap)
+            firsts.append(heap[0])
+        return [name for _, name in sorted(firsts)]
 
 
 def demand_of(job: Job, weight: float = 1.0) -> Demand:

@@ -18,7 +18,7 @@ host memory or shares of a GPU, so this module keeps those beside it:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -84,6 +84,8 @@ class ClusterState:
         self.version = 0  # changes whenever something is taken or given back
         # per node, so a policy can keep what it computed for the nodes nothing touched
         self.node_version = {node.name: 0 for node in cluster.nodes}
+        # nodes changed since a policy last looked (`BestFit` regroups only these)
+        self.dirty: set[str] = set()
 
     # --- questions -----------------------------------------------------------------
 
@@ -137,10 +139,12 @@ class ClusterState:
         """Hide whole free GPUs of some nodes from every policy for a moment."""
         gpus = {name: count for name, count in gpus.items() if count > 0}
         self.index.commit(gpus)
+        self._changed(gpus)  # a policy that remembers nodes must see them held back
         try:
             yield
         finally:
             self.index.release(gpus)
+            self._changed(gpus)
 
     def place_with_engine(self, job: Job, request: Request) -> dict[str, int] | None:
         """The engine's answer, with GPUs that CPU or memory cannot back withheld."""
@@ -224,9 +228,13 @@ class ClusterState:
 
     def touch(self, allocation: Allocation) -> None:
         self.version += 1
-        for name in {*allocation.whole, *allocation.cpu, *allocation.memory,
-                     *([allocation.shared.node] if allocation.shared else [])}:
+        self._changed({*allocation.whole, *allocation.cpu, *allocation.memory,
+                       *([allocation.shared.node] if allocation.shared else [])})
+
+    def _changed(self, names: Iterable[str]) -> None:
+        for name in names:
             self.node_version[name] += 1
+            self.dirty.add(name)
 
     # --- measures --------------------------------------------------------------------
 

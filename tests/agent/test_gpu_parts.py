@@ -203,6 +203,22 @@ def test_a_repeated_start_retries_a_slice_that_could_not_be_made_and_leaves_made
     assert nvml.slices(0) == [(0, 1, 1)]
 
 
+def test_a_slice_replaced_mid_lease_is_destroyed_even_after_the_agent_restarts():
+    nvml = FakeNvml()
+    saved = {}
+    parts = PartsManager(enforcer(nvml), save=lambda: saved.update(parts.snapshot()))
+    parts.apply([start("L-1", [SLICE])])
+    moved = {**SLICE, "start": 1}
+    parts.apply([start("L-1", [moved])])  # the server moved the slice; the old one is in use
+    assert parts.release(busy=lambda lease: True) is False
+    assert len(nvml.slices(0)) == 2
+
+    restarted = PartsManager(enforcer(nvml), records=saved)
+    restarted.release(busy=lambda lease: False)
+    assert [start for start, *_ in nvml.slices(0)] == [1]
+    assert restarted.reports()["L-1"][0]["start"] == 1
+
+
 # shares through MPS
 
 def test_a_share_is_enforced_where_the_mps_control_daemon_listens(tmp_path):

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from scheduler.simulate.policies import BestFit, FirstFit, RandomFit, workload_demands, workload_mix
+import random
+
+from scheduler.simulate.policies import (
+    BestFit,
+    FirstFit,
+    RandomFit,
+    demand_of,
+    workload_demands,
+    workload_mix,
+)
 from scheduler.simulate.state import ClusterState
 from tests.scheduler.simulate.builders import cluster, job, node, two_leaves
 
@@ -143,3 +152,45 @@ def test_with_a_mix_a_multi_node_job_keeps_the_fewest_leaves():
     policy = BestFit((), workload_demands([job("one", gpus=1), job("four", gpus=4)]))
     [allocation] = busy(state, policy, job("a", gpus=8))
     assert sorted(allocation.whole) == ["n3", "n4"]
+
+
+def every_node_choice(policy: BestFit, state: ClusterState, one):
+    """What the scorer chooses when it is shown every node, not one per group."""
+    candidates = [(name, policy.node_free(state, name)[0]) for name in state.order
+                  if one.gpus == 0 or state.model_ok(name, one)]
+    return policy.scorer.choose(candidates, demand_of(one))
+
+
+def test_scoring_one_node_per_group_chooses_what_scoring_every_node_would():
+    # nodes of two models with uneven CPU, jobs of every kind arriving and leaving at random:
+    # at every step the choice over the groups' first nodes is the choice over all nodes
+    rng = random.Random(7)
+    nodes = [node(f"n{i:02d}", gpus=rng.choice([2, 4, 8]), model=rng.choice(["A100", "V100"]),
+                  cpu=rng.choice([16_000, 32_000, 64_000]), memory=256_000) for i in range(30)]
+    state = ClusterState(cluster(*nodes))
+    kinds = [dict(gpus=1), dict(gpus=2, cpu=8_000), dict(gpus=1, milli=300, cpu=2_000),
+             dict(gpus=1, milli=500), dict(gpus=0, cpu=4_000), dict(gpus=4, models="V100")]
+    policy = BestFit((), workload_demands([job("m", **kind) for kind in kinds]))
+    running = []
+    for step in range(400):
+        if running and rng.random() < 0.4:
+            state.give_back(running.pop(rng.randrange(len(running))))
+            continue
+        one = job(f"j{step}", **rng.choice(kinds))
+        expected = every_node_choice(policy, state, one)
+        allocation = policy.place(state, one)
+        assert (allocation is None) == (expected is None)
+        if allocation is not None:
+            assert expected.node in {*allocation.whole, *allocation.cpu,
+                                     *([allocation.shared.node] if allocation.shared else [])}
+            running.append(state.take(allocation))
+    assert len(running) > 20  # the cluster was busy, not empty, while the choices were checked
+
+
+def test_gpus_held_back_from_a_policy_are_not_offered_by_the_fragmentation_scorer():
+    state = ClusterState(cluster(node("n1", gpus=2), node("n2", gpus=4)))
+    policy = BestFit((), workload_demands([job("pair", gpus=2)]))
+    assert policy.place(state, job("warm", gpus=1)).whole == {"n2": 1}
+    with state.withholding({"n2": 4}):
+        assert policy.place(state, job("a", gpus=1)).whole == {"n1": 1}
+    assert policy.place(state, job("b", gpus=1)).whole == {"n2": 1}
