@@ -397,9 +397,48 @@ def _check_product(attrs: dict) -> None:
                 {"tier": ["Slices and shares are sold on demand or spot, not reserved."]})
 
 
-class OrderCreateSerializer(StrictSerializer):
+SHAPE_FIELDS = ("gpu_models", "gpus", "mig_profile", "gpu_share", "count", "hours",
+                "max_price_per_gpu_hour", "topology")
+MIN_ALTERNATIVES, MAX_ALTERNATIVES = 2, 8
+
+
+class AlternativeSerializer(StrictSerializer):
+    """One shape of an auction bid over alternatives: at most one of a bid's shapes wins."""
+
     gpu_models = serializers.ListField(child=serializers.CharField(max_length=40), min_length=1,
                                        max_length=10)
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    hours = serializers.IntegerField(min_value=1, max_value=8760)
+    max_price_per_gpu_hour = DollarsField()
+    topology = TopologySerializer(required=False)
+
+    def validate_max_price_per_gpu_hour(self, micros):
+        if micros < 0:
+            raise serializers.ValidationError("A limit cannot be negative.")
+        return micros
+
+
+def _check_alternatives(attrs: dict) -> None:
+    """A bid gives one shape or 2-8 alternatives, never both; alternatives are auction bids."""
+    given = [name for name in SHAPE_FIELDS if name in attrs]
+    if given:
+        raise serializers.ValidationError({"alternatives": [
+            f"Give either one shape ({', '.join(given)}) or alternatives, not both."]})
+    count = len(attrs["alternatives"])
+    if not MIN_ALTERNATIVES <= count <= MAX_ALTERNATIVES:
+        raise serializers.ValidationError({"alternatives": [
+            f"Give {MIN_ALTERNATIVES} to {MAX_ALTERNATIVES} alternatives ({count} given)."]})
+    if attrs["tier"] not in (Lease.Tier.SPOT, Lease.Tier.RESERVED):
+        raise serializers.ValidationError({"tier": [
+            "Alternatives are for auction bids (spot or reserved): on demand takes one shape."]})
+    if attrs.get("pool"):
+        raise serializers.ValidationError({"pool": [
+            "Alternatives are bids in the public market's auctions, not in a private pool."]})
+
+
+class OrderCreateSerializer(StrictSerializer):
+    gpu_models = serializers.ListField(child=serializers.CharField(max_length=40), min_length=1,
+                                       max_length=10, required=False)
     gpus = serializers.IntegerField(min_value=1, max_value=100_000, required=False,
                                     help_text="whole GPUs; or give mig_profile or gpu_share "
                                               "with count")
@@ -412,11 +451,17 @@ class OrderCreateSerializer(StrictSerializer):
                   "memory; `count` of them, on distinct GPUs of one node")
     count = serializers.IntegerField(min_value=1, max_value=64, required=False,
                                      help_text="how many slices or shares")
-    hours = serializers.IntegerField(min_value=1, max_value=8760)
+    hours = serializers.IntegerField(min_value=1, max_value=8760, required=False)
     tier = serializers.ChoiceField(choices=Lease.Tier.choices)
-    max_price_per_gpu_hour = DollarsField(help_text="per GPU-hour; for slices and shares, per "
+    max_price_per_gpu_hour = DollarsField(required=False,
+                                          help_text="per GPU-hour; for slices and shares, per "
                                                     "slice-hour or share-hour")
     topology = TopologySerializer(required=False)
+    alternatives = AlternativeSerializer(
+        many=True, required=False,
+        help_text="instead of one shape (gpu_models, gpus, hours, max_price_per_gpu_hour, "
+                  "topology): 2 to 8 shapes, each with its own, of which at most one wins; "
+                  "spot and reserved bids only")
     start_window = StartWindowSerializer(required=False, allow_null=True, default=None)
     fill = serializers.ChoiceField(choices=Order.Fill.choices, default=Order.Fill.FILL_OR_KILL)
     pool = serializers.SlugField(max_length=100, required=False, default="",
@@ -452,7 +497,15 @@ class OrderCreateSerializer(StrictSerializer):
         return micros
 
     def validate(self, attrs):
-        _check_product(attrs)
+        if "alternatives" in attrs:
+            _check_alternatives(attrs)
+        else:
+            _check_product(attrs)
+            missing = [name for name in ("gpu_models", "hours", "max_price_per_gpu_hour")
+                       if name not in attrs]
+            if missing:
+                raise serializers.ValidationError(
+                    {name: ["This field is required."] for name in missing})
         if attrs.get("priority_class") and not attrs.get("pool"):
             raise serializers.ValidationError(
                 {"priority_class": ["Priority classes belong to private pools: name the pool."]})
@@ -464,12 +517,21 @@ class OrderCreateSerializer(StrictSerializer):
     def to_request(self, idempotency_key: str) -> orders.OrderRequest:
         data = self.validated_data
         window = data.get("start_window") or {}
+        alternatives = [
+            {"gpu_models": list(shape["gpu_models"]), "gpus": shape["gpus"],
+             "hours": shape["hours"], "max_price_micros": shape["max_price_per_gpu_hour"],
+             "topology": dict(shape.get("topology") or {})}
+            for shape in data.get("alternatives") or []]
+        first = alternatives[0] if alternatives else {
+            "gpu_models": data["gpu_models"], "gpus": data.get("gpus") or data["count"],
+            "hours": data["hours"], "max_price_micros": data["max_price_per_gpu_hour"],
+            "topology": dict(data.get("topology") or {})}
         return orders.OrderRequest(
-            gpu_models=data["gpu_models"], gpus=data.get("gpus") or data["count"],
+            gpu_models=first["gpu_models"], gpus=first["gpus"],
             mig_profile=data.get("mig_profile", ""), gpu_share=data.get("gpu_share"),
-            hours=data["hours"],
-            tier=data["tier"], max_price_micros=data["max_price_per_gpu_hour"],
-            topology=dict(data.get("topology") or {}), start_earliest=window.get("earliest"),
+            hours=first["hours"], alternatives=alternatives,
+            tier=data["tier"], max_price_micros=first["max_price_micros"],
+            topology=first["topology"], start_earliest=window.get("earliest"),
             start_latest=window.get("latest"), fill=data["fill"],
             idempotency_key=idempotency_key, pool=data["pool"], queue=data["queue"],
             priority=data["priority"], priority_class=data["priority_class"],
@@ -479,8 +541,21 @@ class OrderCreateSerializer(StrictSerializer):
         )
 
 
+class AlternativeOutSerializer(serializers.Serializer):
+    gpu_models = serializers.ListField(child=serializers.CharField())
+    gpus = serializers.IntegerField()
+    hours = serializers.IntegerField()
+    max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    topology = serializers.DictField()
+
+
 class OrderSerializer(serializers.ModelSerializer):
     max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    alternatives = AlternativeOutSerializer(many=True, read_only=True)
+    price_to_win = serializers.SerializerMethodField(
+        help_text="refused at the last clearing: the lowest limit per GPU-hour at which it "
+                  "would have won, all else the same; null with price_to_win_reason when no "
+                  "limit would have")
     lease = serializers.PrimaryKeyRelatedField(read_only=True)
     start_window = serializers.SerializerMethodField()
     pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -493,7 +568,11 @@ class OrderSerializer(serializers.ModelSerializer):
                   "gpu_share", "hours", "tier",
                   "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
                   "priority", "priority_class", "queue_position", "allow_moves", "workload", "ssh_keys",
-                  "slurm_account", "created_at"]
+                  "slurm_account", "alternatives", "alternative", "price_to_win",
+                  "price_to_win_reason", "created_at"]
+
+    def get_price_to_win(self, order) -> str | None:
+        return None if order.price_to_win_micros is None else to_dollars(order.price_to_win_micros)
 
     @extend_schema_field(StartWindowSerializer(allow_null=True))
     def get_start_window(self, order) -> dict | None:

@@ -283,6 +283,20 @@ class Order(models.Model):
                                          "`priority`)")
     queue_position = models.PositiveIntegerField(null=True, blank=True,
                                                  help_text="1 = next; set while queued")
+    alternatives = models.JSONField(
+        default=list, blank=True,
+        help_text="an auction bid over 2-8 shapes, at most one of which wins: [{gpus, "
+                  "gpu_models, topology, hours, max_price_micros}]; the shape fields above are "
+                  "the first until one wins, then the winner")
+    alternative = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="the index of the shape that won (0 for a bid of one "
+                                         "shape); None until one has")
+    price_to_win_micros = models.BigIntegerField(
+        null=True, blank=True, help_text="refused at the last clearing: the lowest limit per "
+                                         "GPU-hour that would have won it")
+    price_to_win_reason = models.CharField(
+        max_length=300, blank=True, help_text="why no price would have won, or how "
+                                              "price_to_win was found")
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -327,6 +341,17 @@ class Clearing(models.Model):
     accepted = models.JSONField(default=list, help_text="[{order, lease, gpus, price}]")
     refused = models.JSONField(default=list, help_text="[{order, reason}]")
     exact = models.JSONField(null=True, blank=True, help_text="welfare of the exact solution")
+    welfare = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True,
+                                  help_text="dollars: winners' limits less the GPUs' reserves, "
+                                            "over their hours")
+    welfare_bound = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True,
+                                        help_text="no clearing of this book has more welfare")
+    gap = models.DecimalField(max_digits=9, decimal_places=6, null=True, blank=True,
+                              help_text="(bound - welfare) / bound, certified")
+    optimal = models.BooleanField(null=True, blank=True,
+                                  help_text="False when the time budget cut the search short")
+    book = models.JSONField(null=True, blank=True,
+                            help_text="the book it was solved from (manage.py export_book)")
 
     class Meta:
         ordering = ["-interval_start"]

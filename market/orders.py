@@ -63,6 +63,9 @@ class OrderRequest:
     slurm_account: str = ""  # the Slurm account its reservations on Slurm nodes are made for
     mig_profile: str = ""  # parts of GPUs: `gpus` slices of this MIG profile ...
     gpu_share: int | None = None  # ... or `gpus` shares of this many thousandths (market.parts)
+    # an auction bid over 2-8 shapes ({gpu_models, gpus, hours, max_price_micros, topology}),
+    # of which at most one wins; the shape fields above are then the first of them
+    alternatives: list = field(default_factory=list)
 
     @property
     def is_parts(self) -> bool:
@@ -78,7 +81,28 @@ def allows_moves(request: OrderRequest) -> bool:
 
 
 def max_cost_micros(request: OrderRequest) -> int:
-    return request.gpus * request.hours * request.max_price_micros
+    """The most the order can cost: for a bid over alternatives, its dearest shape."""
+    shapes = request.alternatives or [{"gpus": request.gpus, "hours": request.hours,
+                                       "max_price_micros": request.max_price_micros}]
+    return max(shape["gpus"] * shape["hours"] * shape["max_price_micros"] for shape in shapes)
+
+
+def _check_alternatives(request: OrderRequest) -> None:
+    """Each shape of a bid over alternatives names a market and fits in a fabric."""
+    for position, shape in enumerate(request.alternatives):
+        where = f"alternatives.{position}"
+        known = set(GpuModel.objects.filter(name__in=shape["gpu_models"])
+                    .values_list("name", flat=True))
+        unknown = [m for m in shape["gpu_models"] if m not in known]
+        if unknown:
+            raise OrderError(f"no market for GPU model {unknown[0]!r}",
+                             field=f"{where}.gpu_models")
+        try:
+            check_size(OrderRequest(gpu_models=shape["gpu_models"], gpus=shape["gpus"],
+                                    hours=shape["hours"], tier=request.tier,
+                                    max_price_micros=shape["max_price_micros"]))
+        except OrderError as exc:
+            raise OrderError(exc.message, field=f"{where}.gpus") from None
 
 
 def _check_models(request: OrderRequest) -> None:
@@ -138,6 +162,10 @@ def work_of(request: OrderRequest) -> Work:
 
 
 def _check(request: OrderRequest) -> None:
+    if request.alternatives:
+        _check_alternatives(request)
+        _check_window(request, timezone.now())
+        return
     _check_models(request)
     if request.is_parts:
         _check_parts(request)
@@ -248,6 +276,7 @@ def build_order(*, tenant: Organization, request: OrderRequest, work: Work) -> O
         start_earliest=request.start_earliest, start_latest=request.start_latest,
         fill=request.fill, priority=request.priority, allow_moves=allows_moves(request),
         workload=work.workload, ssh_keys=work.ssh_keys, slurm_account=work.slurm_account,
+        alternatives=request.alternatives, alternative=None if request.alternatives else 0,
     )
 
 
