@@ -339,6 +339,8 @@ DEFRAG_MAX_MOVES = env_int("DEFRAG_MAX_MOVES", 20)  # leases moved per defragmen
 
 # --- market -------------------------------------------------------------------------------------
 AUCTION_INTERVAL_S = env_int("AUCTION_INTERVAL_S", 60)
+# the winner determination's budget per clearing (market.core.winners), on one core
+AUCTION_TIME_LIMIT_S = float(os.environ.get("AUCTION_TIME_LIMIT_S", "5"))
 PREEMPTION_NOTICE_S = env_int("PREEMPTION_NOTICE_S", 120)
 CELERY_BEAT_SCHEDULE.update({
     "clear-markets": {"task": "market.clear_markets", "schedule": float(AUCTION_INTERVAL_S)},

@@ -203,6 +203,8 @@ class LeaseSerializer(serializers.ModelSerializer):
     events = LeaseEventSerializer(many=True)
     workload = serializers.SerializerMethodField()
     access = serializers.SerializerMethodField()
+    alternative = serializers.SerializerMethodField(
+        help_text="the index of the shape of its bid that won; 0 for a bid of one shape")
 
     class Meta:
         model = Lease
@@ -210,7 +212,12 @@ class LeaseSerializer(serializers.ModelSerializer):
                   "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
                   "ended_at", "preempt_at", "allow_moves", "created_at", "events", "workload",
-                  "access", "slurm_account"]
+                  "access", "slurm_account", "alternative"]
+
+    def get_alternative(self, lease) -> int:
+        """Which shape of its bid the lease is (0 unless a bid over alternatives won)."""
+        order = getattr(lease, "order", None)  # None: a lease no order made (a pool's)
+        return order.alternative or 0 if order is not None else 0
 
     def _bindings(self, lease) -> list:
         known = self.context.get("bindings")
@@ -278,7 +285,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         if getattr(self, "swagger_fake_view", False):
             return Lease.objects.none()
         org = organization_of(self.request)
-        leases = Lease.objects.prefetch_related(
+        leases = Lease.objects.select_related("order").prefetch_related(
             "events", Prefetch("allocations", queryset=leasing.allocations_in_force_with_places(),
                                to_attr="in_force"))
         return leases if org.is_operator else leases.filter(tenant=org)
@@ -635,11 +642,22 @@ class ClearingSerializer(serializers.ModelSerializer):
     price_per_gpu_hour = serializers.SerializerMethodField()
     accepted = serializers.SerializerMethodField()
     refused = serializers.SerializerMethodField()
+    welfare = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True,
+                                       read_only=True, help_text="dollars: what the winners "
+                                       "would pay at their limits less the GPUs' reserves, "
+                                       "over their hours")
+    welfare_bound = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True,
+                                             read_only=True, help_text="no clearing of this "
+                                             "book has more welfare")
+    gap = serializers.DecimalField(max_digits=9, decimal_places=6, allow_null=True,
+                                   read_only=True, help_text="(bound - welfare) / bound: the "
+                                   "welfare is certified within this of the best")
 
     class Meta:
         model = Clearing
         fields = ["id", "gpu_model", "interval_start", "cleared_at", "price_per_gpu_hour",
-                  "gpus_sold", "accepted", "refused", "exact"]
+                  "gpus_sold", "accepted", "refused", "welfare", "welfare_bound", "gap",
+                  "optimal", "exact"]
 
     def get_price_per_gpu_hour(self, row) -> str | None:
         return None if row.price_micros is None else to_dollars(row.price_micros)

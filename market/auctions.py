@@ -16,7 +16,7 @@ from django.utils import timezone
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.outbox import services as outbox
 from market import leasing, parts
-from market.core import clearing
+from market.core import clearing, winners
 from market.core.parts import gpu_fraction
 from market.models import Clearing, Lease, Order
 from market.order_states import OS, change_order_state, release_order_hold
@@ -37,43 +37,63 @@ def interval_start(now: datetime, interval_s: int) -> datetime:
     return EPOCH + timedelta(seconds=seconds - seconds % interval_s)
 
 
+def models_of(order: Order) -> set[str]:
+    """Every market an order may win in: its models, or those of any of its alternatives."""
+    models = set(order.gpu_models)
+    for shape in order.alternatives or ():
+        models.update(shape["gpu_models"])
+    return models
+
+
 def markets_with_bids() -> list[str]:
     models = set()
-    for names in Order.objects.filter(state=OS.RESTING, tier__in=AUCTION_TIERS).values_list(
-            "gpu_models", flat=True):
+    for names, alternatives in Order.objects.filter(
+            state=OS.RESTING, tier__in=AUCTION_TIERS).values_list("gpu_models", "alternatives"):
         models.update(names)
+        for shape in alternatives or ():
+            models.update(shape["gpu_models"])
     return sorted(models)
 
 
 def clear_markets(*, now: datetime | None = None) -> list[Clearing]:
-    """Clear every market with resting bids, once per interval."""
+    """Clear every market with resting bids, once per interval, together: a bid over
+    alternatives in several markets is weighed against all of them at once."""
     now = now or timezone.now()
     start = interval_start(now, settings.AUCTION_INTERVAL_S)
-    done = []
-    for model in markets_with_bids():
-        cleared = clear_market(gpu_model=model, interval=start, now=now)
-        if cleared is not None:
-            done.append(cleared)
-    return done
+    return clear_interval(gpu_models=markets_with_bids(), interval=start, now=now)
+
+
+def clear_market(*, gpu_model: str, interval: datetime, now: datetime) -> Clearing | None:
+    """One market's clearing of an interval; None if it was cleared already."""
+    cleared = clear_interval(gpu_models=[gpu_model], interval=interval, now=now)
+    return cleared[0] if cleared else None
 
 
 @transaction.atomic
-def clear_market(*, gpu_model: str, interval: datetime, now: datetime) -> Clearing | None:
-    try:
-        with transaction.atomic():
-            record = Clearing.objects.create(gpu_model=gpu_model, interval_start=interval)
-    except IntegrityError:
-        return None  # another beat cleared this market for this interval
-    orders = list(Order.objects.select_for_update(skip_locked=True).filter(
-        state=OS.RESTING, tier__in=AUCTION_TIERS, gpu_models__contains=[gpu_model]))
+def clear_interval(*, gpu_models: list[str], interval: datetime, now: datetime) -> list[Clearing]:
+    records: dict[str, Clearing] = {}
+    for model in sorted(gpu_models):
+        try:
+            with transaction.atomic():
+                records[model] = Clearing.objects.create(gpu_model=model,
+                                                         interval_start=interval)
+        except IntegrityError:
+            continue  # another beat cleared this market for this interval
+    if not records:
+        return []
+    orders = [o for o in Order.objects.select_for_update(skip_locked=True)
+              .filter(state=OS.RESTING, tier__in=AUCTION_TIERS).order_by("pk")
+              if models_of(o) & set(records)]
     orders = [o for o in orders if not _expired(o, now)]
     whole = [o for o in orders if not parts.is_parts(o)]
     if whole:
-        _clear(record, whole, gpu_model, now)
-    part_orders = [o for o in orders if parts.is_parts(o)]
-    if part_orders:
-        _clear_parts(record, part_orders, now)
-    return record
+        _clear(records, whole, now)
+    for model, record in records.items():
+        part_orders = [o for o in orders if parts.is_parts(o) and model in o.gpu_models
+                       and o.state == OS.RESTING]
+        if part_orders:
+            _clear_parts(record, part_orders, now)
+    return list(records.values())
 
 
 def _clear_parts(record: Clearing, orders: list[Order], now: datetime) -> None:
@@ -130,50 +150,111 @@ def _starts_at(order: Order, now: datetime) -> datetime:
     return now
 
 
-def _clear(record: Clearing, orders: list[Order], gpu_model: str, now: datetime) -> None:
+def _shapes(order: Order) -> list[dict]:
+    """An order's shapes as its alternatives give them, or its one shape."""
+    return order.alternatives or [{
+        "gpu_models": order.gpu_models, "gpus": order.gpus, "hours": order.hours,
+        "max_price_micros": order.max_price_micros, "topology": order.topology or {}}]
+
+
+def _bid(order: Order, markets: set[str]) -> tuple[clearing.Bid | winners.AlternativeBid, list[int]] | None:
+    """The order as the clearing takes it, its shapes limited to the markets being cleared,
+    with the position in the order's own alternatives of each shape kept; None when no shape
+    is in those markets (another beat clears them)."""
+    shapes, positions = [], []
+    for position, shape in enumerate(_shapes(order)):
+        models = [m for m in shape["gpu_models"] if m in markets]
+        if models:
+            shapes.append(bid_for(order, {**shape, "gpu_models": models}))
+            positions.append(position)
+    if not shapes:
+        return None
+    if len(shapes) == 1:
+        return shapes[0], positions
+    return winners.AlternativeBid(str(order.pk), tuple(shapes), order.created_at), positions
+
+
+def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> None:
     # Capacity: GPUs free from now to the farthest end any bid needs (conservative: a GPU
     # counted here is free for every bid's range).
-    horizon = max(_starts_at(o, now) + timedelta(hours=o.hours) for o in orders)
+    horizon = max(_starts_at(o, now) + timedelta(hours=shape["hours"])
+                  for o in orders for shape in _shapes(o))
     # every node's GPUs, whatever it runs: the clearing keeps each bid off the nodes whose
     # runtime cannot run what it asks (`bid_for`)
-    probe = Order(gpu_models=[gpu_model], hours=1)
     runtimes: dict[str, str] = {}
-    by_node = free_priced_gpus(probe, now, horizon, runtime_of=runtimes, any_runtime=True)
-    models = dict(Gpu.objects.filter(pk__in=[g[0].gpu_id for g in by_node.values()])
-                  .values_list("node__hostname", "gpu_model__name"))
-    by_id = {str(o.pk): o for o in orders}
-    market = clearing.clear_market(WIDEST_FIRST, offers_from(by_node, models, runtimes),
-                                   [bid_for(o) for o in orders], parts.placer_with_mix(),
-                                   gpu_model=gpu_model)
+    by_node: dict[NodeKey, list[FreeGpu]] = {}
+    model_of: dict[str, str] = {}
+    for model in records:
+        found = free_priced_gpus(Order(gpu_models=[model], hours=1), now, horizon,
+                                 runtime_of=runtimes, any_runtime=True)
+        by_node.update(found)
+        model_of.update({key.host: model for key in found})
+    bids, positions, by_id = [], {}, {}
+    for order in orders:
+        made = _bid(order, set(records))
+        if made is not None:
+            bids.append(made[0])
+            positions[str(order.pk)] = made[1]
+            by_id[str(order.pk)] = order
+    offers = offers_from(by_node, model_of, runtimes)
+    result = winners.clear_welfare(WIDEST_FIRST, offers, bids,
+                                   time_limit_s=settings.AUCTION_TIME_LIMIT_S)
+    book = winners.book_of(WIDEST_FIRST, offers, bids)
     keys = {key.host: key for key in by_node}
-    accepted = []
-    for won in market.accepted:
-        order = by_id[won.bid.id]
-        chosen = _gpus_taken(by_node, keys, won.reserves_micros)
-        lease = _lease(order, chosen, won.price_micros, now)
-        if lease.starts_at <= now:
-            # placed at once, through the outbox like on-demand leases; a reserved lease that
-            # starts later is queued by the scheduler's sweeper once its start has come
-            outbox.enqueue("scheduler.place_lease", lease.pk)
-        order.lease = lease
-        change_order_state(order, OS.FILLED, actor="market", reason=f"won at {won.price_micros} µ$/GPU-hour")
-        accepted.append({"order": order.pk, "lease": lease.pk, "gpus": order.gpus,
-                         "price_micros": won.price_micros})
-    refused = []
-    for lost in market.refused:
-        order = by_id[lost.bid.id]
-        Order.objects.filter(pk=order.pk).update(reason=lost.reason)
-        refused.append({"order": order.pk, "reason": lost.reason})
-    record.price_micros = market.clearing_price_micros
-    record.gpus_sold = sum(a["gpus"] for a in accepted)
-    record.accepted, record.refused = accepted, refused
-    if market.exact is not None:
-        record.exact = {"welfare": str(market.exact.welfare),
-                        "greedy_welfare": str(market.exact.greedy_welfare),
-                        "gap": str(market.exact.gap), "optimal": market.exact.optimal}
-    record.save()
-    if record.price_micros is not None:
-        notify_preemptions(gpu_model=gpu_model, price_micros=record.price_micros, now=now)
+    for market in result.markets:
+        record = records[market.gpu_model]
+        accepted = [_fill(by_id[won.bid.id], won, positions[won.bid.id][won.alternative],
+                          market.gpu_model, by_node, keys, now) for won in market.accepted]
+        refused = [_refuse(by_id[lost.bid.id], lost, positions[lost.bid.id])
+                   for lost in market.refused]
+        record.price_micros = market.clearing_price_micros
+        record.gpus_sold = sum(a["gpus"] for a in accepted)
+        record.accepted, record.refused = accepted, refused
+        record.welfare, record.welfare_bound = market.welfare, market.welfare_bound
+        record.gap, record.optimal, record.book = market.gap, market.optimal, book
+        record.save()
+        if record.price_micros is not None:
+            notify_preemptions(gpu_model=market.gpu_model, price_micros=record.price_micros,
+                               now=now)
+    for lost in result.refused:  # named no market of this interval's clearing
+        Order.objects.filter(pk=by_id[lost.bid.id].pk).update(reason=lost.reason)
+
+
+def _fill(order: Order, won: winners.Winner, alternative: int, gpu_model: str, by_node, keys,
+          now: datetime) -> dict:
+    if order.alternatives:  # the order now says which of its shapes it bought
+        shape = order.alternatives[alternative]
+        order.gpus, order.hours = shape["gpus"], shape["hours"]
+        order.max_price_micros, order.topology = shape["max_price_micros"], shape["topology"]
+        order.gpu_models = shape["gpu_models"]
+    order.alternative = alternative
+    order.price_to_win_micros, order.price_to_win_reason = None, ""
+    order.save(update_fields=["gpus", "hours", "max_price_micros", "topology", "gpu_models",
+                              "alternative", "price_to_win_micros", "price_to_win_reason"])
+    chosen = _gpus_taken(by_node, keys, won.reserves_micros)
+    lease = _lease(order, chosen, won.price_micros, now, gpu_model)
+    if lease.starts_at <= now:
+        # placed at once, through the outbox like on-demand leases; a reserved lease that
+        # starts later is queued by the scheduler's sweeper once its start has come
+        outbox.enqueue("scheduler.place_lease", lease.pk)
+    order.lease = lease
+    change_order_state(order, OS.FILLED, actor="market",
+                       reason=f"won at {won.price_micros} µ$/GPU-hour"
+                              + (f" (alternative {alternative})" if order.alternatives else ""))
+    return {"order": order.pk, "lease": lease.pk, "gpus": order.gpus,
+            "alternative": alternative, "price_micros": won.price_micros}
+
+
+def _refuse(order: Order, lost: winners.Loser, positions: list[int]) -> dict:
+    reason = lost.price_to_win_reason
+    if lost.price_to_win_micros is not None and order.alternatives:
+        reason = (f"alternative {positions[lost.price_to_win_alternative]}"
+                  + (f": {reason}" if reason else ""))
+    Order.objects.filter(pk=order.pk).update(
+        reason=lost.reason[:500], price_to_win_micros=lost.price_to_win_micros,
+        price_to_win_reason=reason[:300])
+    return {"order": order.pk, "reason": lost.reason,
+            "price_to_win_micros": lost.price_to_win_micros}
 
 
 def _gpus_taken(by_node, keys, reserves) -> list[tuple[NodeKey, FreeGpu]]:
@@ -191,11 +272,11 @@ def _gpus_taken(by_node, keys, reserves) -> list[tuple[NodeKey, FreeGpu]]:
     return chosen
 
 
-def _lease(order: Order, chosen, price_micros: int, now: datetime) -> Lease:
+def _lease(order: Order, chosen, price_micros: int, now: datetime, gpu_model: str) -> Lease:
     keys = [k for k, _ in chosen]
     start = _starts_at(order, now)
     return leasing.create_lease(
-        tenant=order.tenant, tier=order.tier, gpu_model=order.gpu_models[0],
+        tenant=order.tenant, tier=order.tier, gpu_model=gpu_model,
         gpus=[leasing.GpuChoice(g.gpu_id, price_micros) for _, g in chosen],
         starts_at=start, ends_at=start + timedelta(hours=order.hours), price_micros=price_micros,
         max_price_micros=order.max_price_micros,

@@ -355,12 +355,16 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime,
     return by_node
 
 
-def bid_for(order: Order) -> clearing.Bid:
-    topology = order.topology or {}
+def bid_for(order: Order, shape: dict | None = None) -> clearing.Bid:
+    """The order as the clearing takes it; `shape`: one of its alternatives ({gpu_models,
+    gpus, hours, max_price_micros, topology}) instead of its own shape."""
+    shape = shape or {"gpu_models": order.gpu_models, "gpus": order.gpus, "hours": order.hours,
+                      "max_price_micros": order.max_price_micros, "topology": order.topology}
+    topology = shape["topology"] or {}
     whole = topology.get("whole_nodes")
     return clearing.Bid(
-        id=str(order.pk), gpus=order.gpus, hours=Decimal(order.hours),
-        limit_micros=order.max_price_micros, gpu_models=frozenset(order.gpu_models),
+        id=str(order.pk), gpus=shape["gpus"], hours=Decimal(shape["hours"]),
+        limit_micros=shape["max_price_micros"], gpu_models=frozenset(shape["gpu_models"]),
         topology=clearing.Topology(required=topology.get("required"),
                                    preferred=topology.get("preferred"),
                                    slice_size=8 if whole else None,
