@@ -123,3 +123,23 @@ def test_the_alternative_that_won_is_marked(tenant_web, tenant, provider):
     assert '<li class="won">16 × H100-80GB · 2 h · limit $3.00 · <strong>won</strong></li>' in page
     assert "bid over 2 alternatives: alternative 2 won" in page
     assert "Price to win" not in page
+
+
+def test_the_lease_page_says_which_alternative_of_its_order_won(tenant_web, tenant, provider):
+    tenant_web.post("/app/", ORDER)  # an on-demand order fills at once: a lease to hang it on
+    order = Order.objects.get(tenant=tenant)
+    Order.objects.filter(pk=order.pk).update(alternatives=[{}, {}, {}], alternative=2)
+
+    page = tenant_web.get(f"/app/leases/{order.lease_id}/").content.decode()
+
+    assert f"alternative 3 of 3 of order #{order.pk} won" in page
+
+
+def test_the_lease_page_of_a_one_shape_order_names_no_alternative(tenant_web, tenant,
+                                                                  provider):
+    tenant_web.post("/app/", ORDER)
+    order = Order.objects.get(tenant=tenant)
+
+    page = tenant_web.get(f"/app/leases/{order.lease_id}/").content.decode()
+
+    assert 'id="won-alternative"' not in page
