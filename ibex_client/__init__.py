@@ -6,6 +6,7 @@
 from ibex_client.client import Client, new_idempotency_key
 from ibex_client.errors import ApiError
 from ibex_client.models import (
+    Alternative,
     Balance,
     Event,
     Invoice,
@@ -18,5 +19,5 @@ from ibex_client.models import (
     TopUp,
 )
 
-__all__ = ["ApiError", "Balance", "Client", "Event", "Invoice", "Lease", "LogPage", "Node",
+__all__ = ["Alternative", "ApiError", "Balance", "Client", "Event", "Invoice", "Lease", "LogPage", "Node",
            "Offer", "Order", "Quote", "TopUp", "new_idempotency_key"]

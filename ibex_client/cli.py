@@ -106,19 +106,23 @@ def order_options(parser: argparse.ArgumentParser, *, bid: bool) -> None:
     what.add_argument("--share", type=positive, metavar="S",
                       help="shares of a GPU in thousandths, 1-999 (--count)")
     what.add_argument("--count", type=positive, metavar="N", help="how many slices or shares")
-    what.add_argument("--model", action="append", required=True, metavar="MODEL",
+    what.add_argument("--model", action="append", metavar="MODEL",
                       help="a GPU model; repeat for several")
     what.add_argument("--within", choices=["node", "leaf", "spine"],
                       help="all GPUs within one node, leaf or spine (required)")
     what.add_argument("--prefer-within", choices=["node", "leaf", "spine"], metavar="LEVEL",
                       help="as close as that, if it can (preferred)")
-    what.add_argument("--hours", type=positive, required=True)
+    what.add_argument("--hours", type=positive)
     tiers = ["spot", "reserved"] if bid else ["on_demand", "spot", "reserved"]
     what.add_argument("--tier", choices=tiers, default=tiers[0])
-    what.add_argument("--max-price", type=dollars, required=bid, metavar="PRICE",
+    what.add_argument("--max-price", type=dollars, metavar="PRICE",
                       help="limit per GPU-hour (per part-hour for parts)"
                            + ("" if bid else "; default: the dearest price on offer for the "
                                              "models, after a quote"))
+    what.add_argument("--alternative", action="append", default=[], metavar="SPEC",
+                      help="instead of the flags above, one shape of a bid over 2 to 8 "
+                           "alternatives (at most one wins): gpus=N,model=M[|M2],hours=N,"
+                           "price=P[,within=LEVEL|prefer=LEVEL]; spot or reserved bids only")
     what.add_argument("--start-after", type=moment, metavar="TIME",
                       help="start no earlier (ISO 8601 or +2h); reserved bids need it")
     what.add_argument("--start-before", type=moment, metavar="TIME",
@@ -288,7 +292,89 @@ def do_offers(args, client: Client, out: Out) -> int:
     return EXIT_OK
 
 
+ALTERNATIVE_SPEC = "gpus=N,model=M[|M2...],hours=N,price=P[,within=LEVEL|prefer=LEVEL]"
+SHAPE_FLAGS = (("--gpus", "gpus"), ("--mig-profile", "mig_profile"), ("--share", "share"),
+               ("--count", "count"), ("--model", "model"), ("--within", "within"),
+               ("--prefer-within", "prefer_within"), ("--hours", "hours"),
+               ("--max-price", "max_price"))
+LEVELS = ("node", "leaf", "spine")
+MIN_ALTERNATIVES, MAX_ALTERNATIVES = 2, 8
+
+
+def alternative(position: int, spec: str) -> dict:
+    """One `--alternative` SPEC (`gpus=16,model=H100-80GB|H200,within=leaf,hours=4,
+    price=2.40`) as `Client.bid`'s alternative; bad input names the flag's position (from 1)
+    and the key."""
+    where = f"--alternative {position}"
+    given: dict[str, str] = {}
+    for item in spec.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key:
+            raise Usage(f"{where}: not KEY=VALUE: {item.strip()!r} (SPEC is {ALTERNATIVE_SPEC})")
+        if key not in ("gpus", "model", "hours", "price", "within", "prefer"):
+            raise Usage(f"{where}: {key}: unknown key (SPEC is {ALTERNATIVE_SPEC})")
+        if key in given:
+            raise Usage(f"{where}: {key}: given twice" + (" (several models are model=A|B)"
+                                                         if key == "model" else ""))
+        given[key] = value
+    missing = [key for key in ("gpus", "model", "hours", "price") if key not in given]
+    if missing:
+        raise Usage(f"{where}: {missing[0]}: missing (SPEC is {ALTERNATIVE_SPEC})")
+    if "within" in given and "prefer" in given:
+        raise Usage(f"{where}: prefer: give within or prefer, not both")
+    shape: dict = {}
+    for key, kind in (("gpus", positive), ("hours", positive), ("price", dollars)):
+        try:
+            shape[key] = kind(given[key])
+        except argparse.ArgumentTypeError as exc:
+            raise Usage(f"{where}: {key}: {exc}") from None
+    models = [m.strip() for m in given["model"].split("|")]
+    if not all(models):
+        raise Usage(f"{where}: model: a GPU model, or several as A|B: {given['model']!r}")
+    for key in ("within", "prefer"):
+        if key in given and given[key] not in LEVELS:
+            raise Usage(f"{where}: {key}: one of {', '.join(LEVELS)}: {given[key]!r}")
+    return {"gpus": shape["gpus"], "model": models, "hours": shape["hours"],
+            "max_price": shape["price"],
+            **{key: given[key] for key in ("within", "prefer") if key in given}}
+
+
+def alternatives_of(args) -> list[dict]:
+    """`--alternative`s, which replace every flag of one shape; bids only."""
+    if args.command_name == "quote":
+        raise Usage("ibex quote prices one shape: --alternative is for bids (ibex bid)")
+    if args.tier == "on_demand":
+        raise Usage("--alternative is for auction bids: give --tier spot or reserved "
+                    "(or use ibex bid)")
+    shape = [flag for flag, name in SHAPE_FLAGS if getattr(args, name) is not None]
+    if shape:
+        raise Usage(f"--alternative replaces {', '.join(shape)}: give each shape as an "
+                    f"--alternative, not both")
+    count = len(args.alternative)
+    if not MIN_ALTERNATIVES <= count <= MAX_ALTERNATIVES:
+        raise Usage(f"give {MIN_ALTERNATIVES} to {MAX_ALTERNATIVES} --alternative "
+                    f"({count} given)")
+    return [alternative(position, spec) for position, spec in enumerate(args.alternative, 1)]
+
+
 def order_kwargs(args) -> dict:
+    if args.alternative:
+        kw = dict(alternatives=alternatives_of(args))
+    else:
+        kw = dict(shape_kwargs(args), alternatives=None)
+    return dict(kw, tier=args.tier, start_after=args.start_after,
+                start_before=args.start_before, command=args.rest or None,
+                env=dict(args.env), workdir=args.workdir, ssh_keys=work_kwargs(args),
+                fill=args.fill)
+
+
+def shape_kwargs(args) -> dict:
+    required = ["--model"] * (args.model is None) + ["--hours"] * (args.hours is None) + (
+        ["--max-price"] * (args.command_name == "bid" and args.max_price is None))
+    if required:
+        raise Usage(f"the following arguments are required: {', '.join(required)} (or give "
+                    f"a bid's shapes as --alternative)" if args.command_name == "bid" else
+                    f"the following arguments are required: {', '.join(required)}")
     products = [n for n, v in (("--gpus", args.gpus), ("--mig-profile", args.mig_profile),
                                ("--share", args.share)) if v is not None]
     if len(products) != 1:
@@ -297,6 +383,13 @@ def order_kwargs(args) -> dict:
         raise Usage(f"{products[0]} needs --count N")
     if args.within and args.prefer_within:
         raise Usage("give --within or --prefer-within, not both")
+    return dict(gpus=args.gpus, mig_profile=args.mig_profile, share=args.share,
+                count=args.count, model=args.model, within=args.within,
+                prefer=args.prefer_within, hours=args.hours, max_price=args.max_price)
+
+
+def work_kwargs(args) -> list[str]:
+    """Checks the lease's command; returns the SSH keys of --ssh-key."""
     if args.command and not args.rest:
         raise Usage("--command takes the command after `--`: ibex order ... --command -- "
                     "python train.py")
@@ -310,12 +403,7 @@ def order_kwargs(args) -> dict:
             raise Usage(f"--ssh-key {name}: {exc.strerror}") from None
         keys += [line.strip() for line in text.splitlines()
                  if line.strip() and not line.lstrip().startswith("#")]
-    return dict(gpus=args.gpus, mig_profile=args.mig_profile, share=args.share,
-                count=args.count, model=args.model, within=args.within,
-                prefer=args.prefer_within, hours=args.hours, tier=args.tier,
-                max_price=args.max_price, start_after=args.start_after,
-                start_before=args.start_before, command=args.rest or None,
-                env=dict(args.env), workdir=args.workdir, ssh_keys=keys, fill=args.fill)
+    return keys
 
 
 def what_text(gpus: int | None, kw: dict) -> str:
@@ -369,7 +457,7 @@ def do_order(args, client: Client, out: Out) -> int:
     if args.command_name == "bid":
         order = client.bid(idempotency_key=key, **kw)
     else:
-        if kw["max_price"] is None:
+        if kw.get("max_price") is None and not kw["alternatives"]:
             quote = client.quote(**kw)
             if not quote.fillable:
                 raise ApiError(f"nothing to fill it now: {quote.reason}", code="not_fillable")
@@ -383,8 +471,7 @@ def do_order(args, client: Client, out: Out) -> int:
     if order.state in ("refused", "cancelled", "expired"):
         raise ApiError(f"order {order.id} {order.state}: {order.reason}",
                        code=f"order_{order.state}")
-    text = f"order {order.id} {output.state(order.state)}" + (
-        f": lease {order.lease}" if order.lease else f" ({order.reason})" if order.reason else "")
+    text = order_text(order)
     if not args.wait:
         out.emit(result, text)
         return EXIT_OK
@@ -402,15 +489,67 @@ def do_order(args, client: Client, out: Out) -> int:
     return EXIT_OK
 
 
+PRICE_TO_WIN_STATES = ("open", "resting", "refused", "expired")
+
+
+def price_to_win_text(order) -> str:
+    """`price to win: 2.41 USD/GPU-h` for a bid a clearing refused, or why no price would
+    have won; "" when the server says neither (or the order is filled or cancelled)."""
+    if order.state not in PRICE_TO_WIN_STATES:
+        return ""
+    if order.price_to_win is not None:
+        return f"price to win: {output.money(order.price_to_win, per='GPU-h')}"
+    if order.price_to_win_reason:
+        return f"price to win: none ({order.price_to_win_reason})"
+    return ""
+
+
+def alternative_text(a) -> str:
+    where = (f", within one {a.topology['required']}" if a.topology.get("required") else
+             f", one {a.topology['preferred']} preferred" if a.topology.get("preferred") else "")
+    return (f"{a.gpus} × {'|'.join(a.gpu_models)}{where}, {a.hours} h, limit "
+            f"{output.money(a.max_price_per_gpu_hour, per='GPU-h')}")
+
+
+def won_text(order) -> str:
+    """Which alternative won, counted from 1 as --alternative is: `won 2 of 3`."""
+    if not order.alternatives:
+        return "-"
+    if order.alternative is None:
+        return f"{len(order.alternatives)} shapes"
+    return f"won {order.alternative + 1} of {len(order.alternatives)}"
+
+
+def order_text(order) -> str:
+    lines = [f"order {order.id} {output.state(order.state)}" + (
+        f": lease {order.lease}" if order.lease else f" ({order.reason})" if order.reason
+        else "")]
+    for position, a in enumerate(order.alternatives, 1):
+        won = "  ← won" if order.alternative == position - 1 else ""
+        lines.append(f"  alternative {position}  {alternative_text(a)}{won}")
+    if price := price_to_win_text(order):
+        lines.append(f"  {price}" + (f" ({order.price_to_win_reason})"
+                                     if order.price_to_win is not None
+                                     and order.price_to_win_reason else ""))
+    return "\n".join(lines)
+
+
 def do_orders(args, client: Client, out: Out) -> int:
     orders = client.orders(state=args.state, limit=args.limit)
-    rows = [[o.id, output.state(o.state), o.tier, o.gpus if not o.mig_profile else
-             f"{o.gpus}×{o.mig_profile}", ",".join(o.gpu_models),
-             output.money(o.max_price_per_gpu_hour), o.lease or "-", output.relative(o.created_at),
-             o.reason] for o in orders]
+    rows = []
+    for o in orders:
+        shapes = o.alternatives if o.alternatives and o.alternative is None else [o]
+        gpus = "|".join(str(x.gpus) for x in shapes)
+        rows.append([
+            o.id, output.state(o.state), o.tier,
+            f"{gpus}×{o.mig_profile}" if o.mig_profile else gpus,
+            "|".join(",".join(x.gpu_models) for x in shapes),
+            "|".join(output.money(x.max_price_per_gpu_hour) for x in shapes),
+            won_text(o), o.lease or "-", output.relative(o.created_at),
+            "; ".join(filter(None, [o.reason, price_to_win_text(o)]))])
     out.emit([o.to_json() for o in orders], output.table(
-        rows, ["ID", "STATE", "TIER", "GPUS", "MODELS", "LIMIT", "LEASE", "CREATED", "REASON"])
-        if orders else "no orders")
+        rows, ["ID", "STATE", "TIER", "GPUS", "MODELS", "LIMIT", "ALTERNATIVE", "LEASE",
+               "CREATED", "REASON"]) if orders else "no orders")
     return EXIT_OK
 
 

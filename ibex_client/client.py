@@ -216,7 +216,7 @@ class Client:
         quoted first and placed under the quote's limit, so it gets what was quoted (or is
         refused when nothing can fill it). Returns the Order; `.wait_active()` waits for its
         lease."""
-        if order.get("max_price") is None:
+        if order.get("max_price") is None and not order.get("alternatives"):
             quote = self.quote(**order)
             if not quote.fillable:
                 raise ApiError(f"nothing to fill it now: {quote.reason}", code="not_fillable")
@@ -226,10 +226,12 @@ class Client:
         return Order.from_json(answer, client=self, idempotency_key=key)
 
     def bid(self, *, tier: str = "spot", **order) -> Order:
-        """An auction bid: a spot or reserved order, with a limit price."""
+        """An auction bid: a spot or reserved order, with a limit price; or, with
+        `alternatives=[{"gpus", "model", "hours", "max_price", "within" or "prefer"}, ...]`
+        (2 to 8, each with its own limit), a bid of which at most one shape wins."""
         if tier not in ("spot", "reserved"):
             raise ApiError("a bid is spot or reserved", code="invalid", field="tier")
-        if order.get("max_price") is None:
+        if order.get("max_price") is None and not order.get("alternatives"):
             raise ApiError("a bid needs a limit price", code="invalid",
                            field="max_price_per_gpu_hour")
         return self.order(tier=tier, **order)
@@ -253,7 +255,9 @@ class Client:
         while current.lease is None:
             if current.state not in ORDER_OPEN:
                 raise ApiError(f"order {order_id} is {current.state}"
-                               + (f": {current.reason}" if current.reason else ""),
+                               + (f": {current.reason}" if current.reason else "")
+                               + (f" (price to win: {current.price_to_win} per GPU-hour)"
+                                  if current.price_to_win is not None else ""),
                                code=f"order_{current.state}")
             self._tick(on_poll, f"order {order_id} {current.state}", deadline)
             time.sleep(poll_s)
@@ -411,34 +415,68 @@ def models_of(order: dict) -> list[str]:
         [model] if isinstance(model, str) else list(model or []))
 
 
+ALTERNATIVE_KEYS = ("gpus", "model", "models", "hours", "max_price", "within", "prefer")
+SHAPE_ARGUMENTS = ("gpus", "model", "models", "hours", "max_price", "within", "prefer",
+                   "mig_profile", "share", "count")
+
+
+def topology_of(within: str | None, prefer: str | None) -> dict | None:
+    return {"required": within} if within else {"preferred": prefer} if prefer else None
+
+
+def alternative_body(position: int, shape: dict) -> dict:
+    """One shape of a bid over alternatives, as the API takes it, from the client's names
+    (`gpus`, `model` or `models`, `hours`, `max_price`, `within` or `prefer`)."""
+    where = f"alternatives.{position}"
+    unknown = sorted(set(shape) - set(ALTERNATIVE_KEYS))
+    if unknown:
+        raise ApiError(f"unknown key {unknown[0]!r}: an alternative takes "
+                       f"{', '.join(ALTERNATIVE_KEYS)}", code="invalid",
+                       field=f"{where}.{unknown[0]}")
+    for name in ("gpus", "hours", "max_price"):
+        if shape.get(name) is None:
+            raise ApiError(f"an alternative needs {name}", code="invalid",
+                           field=f"{where}.{name}")
+    names = models_of(shape)
+    if not names:
+        raise ApiError("name a GPU model", code="invalid", field=f"{where}.gpu_models")
+    if shape.get("within") and shape.get("prefer"):
+        raise ApiError("give within or prefer, not both", code="invalid",
+                       field=f"{where}.topology")
+    body = {"gpu_models": names, "gpus": int(shape["gpus"]), "hours": int(shape["hours"]),
+            "max_price_per_gpu_hour": _dollars(shape["max_price"])}
+    topology = topology_of(shape.get("within"), shape.get("prefer"))
+    if topology:
+        body["topology"] = topology
+    return body
+
+
 def order_body(*, gpus: int | None = None, model: str | list[str] | None = None,
-               models: list[str] | None = None, hours: int, tier: str = "on_demand",
+               models: list[str] | None = None, hours: int | None = None,
+               tier: str = "on_demand",
                within: str | None = None, prefer: str | None = None,
                max_price=None, start_after=None, start_before=None,
                command: list[str] | None = None, env: dict[str, str] | None = None,
                workdir: str = "", ssh_keys: list[str] | None = None,
                mig_profile: str | None = None, share: int | None = None,
                count: int | None = None, fill: str | None = None,
-               allow_moves: bool | None = None) -> dict:
-    """The JSON of `POST /api/v1/orders/` (and `/quote/`) from keyword arguments."""
-    names = models_of({"model": model, "models": models})
-    if not names:
-        raise ApiError("name a GPU model", code="invalid", field="gpu_models")
-    body: dict = {"gpu_models": names, "hours": int(hours), "tier": tier}
-    if gpus is not None:
-        body["gpus"] = int(gpus)
-    if mig_profile:
-        body["mig_profile"] = mig_profile
-    if share is not None:
-        body["gpu_share"] = int(share)
-    if count is not None:
-        body["count"] = int(count)
-    if max_price is not None:
-        body["max_price_per_gpu_hour"] = _dollars(max_price)
+               allow_moves: bool | None = None, alternatives: list[dict] | None = None) -> dict:
+    """The JSON of `POST /api/v1/orders/` (and `/quote/`) from keyword arguments: one shape
+    (`gpus`, `model`, `hours`, `max_price`, `within`/`prefer`, or parts), or `alternatives`."""
+    if alternatives:
+        given = {"gpus": gpus, "model": model, "models": models, "hours": hours,
+                 "max_price": max_price, "within": within, "prefer": prefer,
+                 "mig_profile": mig_profile, "share": share, "count": count}
+        both = [name for name in SHAPE_ARGUMENTS if given[name]]
+        if both:
+            raise ApiError(f"give either one shape ({', '.join(both)}) or alternatives, not "
+                           f"both", code="invalid", field="alternatives")
+        body: dict = {"tier": tier, "alternatives": [alternative_body(i, shape)
+                                                     for i, shape in enumerate(alternatives)]}
     else:
-        raise ApiError("give a limit price", code="invalid", field="max_price_per_gpu_hour")
-    if within or prefer:
-        body["topology"] = {"required": within} if within else {"preferred": prefer}
+        body = shape_body(gpus=gpus, model=model, models=models, hours=hours, tier=tier,
+                          within=within, prefer=prefer, max_price=max_price,
+                          mig_profile=mig_profile, share=share, count=count)
     if start_after is not None or start_before is not None:
         earliest = start_after if start_after is not None else datetime.now(UTC)
         body["start_window"] = {"earliest": _utc(earliest),
@@ -456,4 +494,30 @@ def order_body(*, gpus: int | None = None, model: str | list[str] | None = None,
         body["fill"] = fill
     if allow_moves is not None:
         body["allow_moves"] = bool(allow_moves)
+    return body
+
+
+def shape_body(*, gpus, model, models, hours, tier, within, prefer, max_price, mig_profile,
+               share, count) -> dict:
+    names = models_of({"model": model, "models": models})
+    if not names:
+        raise ApiError("name a GPU model", code="invalid", field="gpu_models")
+    if hours is None:
+        raise ApiError("give hours", code="invalid", field="hours")
+    body: dict = {"gpu_models": names, "hours": int(hours), "tier": tier}
+    if gpus is not None:
+        body["gpus"] = int(gpus)
+    if mig_profile:
+        body["mig_profile"] = mig_profile
+    if share is not None:
+        body["gpu_share"] = int(share)
+    if count is not None:
+        body["count"] = int(count)
+    if max_price is not None:
+        body["max_price_per_gpu_hour"] = _dollars(max_price)
+    else:
+        raise ApiError("give a limit price", code="invalid", field="max_price_per_gpu_hour")
+    topology = topology_of(within, prefer)
+    if topology:
+        body["topology"] = topology
     return body

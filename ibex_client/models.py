@@ -117,6 +117,24 @@ class Quote(Result):
 
 
 @dataclass
+class Alternative(Result):
+    """One shape of an auction bid over alternatives (at most one of them wins)."""
+
+    gpu_models: list[str]
+    gpus: int
+    hours: int
+    max_price_per_gpu_hour: Decimal | None
+    topology: dict
+
+    @classmethod
+    def from_json(cls, d: dict) -> Alternative:
+        return cls(gpu_models=list(d.get("gpu_models") or []), gpus=d.get("gpus") or 0,
+                   hours=d.get("hours") or 0,
+                   max_price_per_gpu_hour=money(d.get("max_price_per_gpu_hour")),
+                   topology=dict(d.get("topology") or {}))
+
+
+@dataclass
 class Order(Result):
     id: int
     state: str
@@ -134,6 +152,14 @@ class Order(Result):
     workload: dict | None
     ssh_keys: list[str]
     created_at: datetime | None
+    # a bid over alternatives: its shapes, and the index of the one that won (0 for a bid of
+    # one shape; None until one wins, and from servers that do not say)
+    alternatives: list[Alternative] = field(default_factory=list)
+    alternative: int | None = None
+    # refused at the last clearing: the lowest limit per GPU-hour that would have won, or
+    # None with the reason when no limit would have
+    price_to_win: Decimal | None = None
+    price_to_win_reason: str = ""
     idempotency_key: str | None = None  # known when this client placed it
     _client: Client | None = field(default=None, repr=False, compare=False)
 
@@ -148,8 +174,12 @@ class Order(Result):
                    max_price_per_gpu_hour=money(d.get("max_price_per_gpu_hour")),
                    topology=dict(d.get("topology") or {}), start_window=d.get("start_window"),
                    workload=d.get("workload"), ssh_keys=list(d.get("ssh_keys") or []),
-                   created_at=when(d.get("created_at")), idempotency_key=idempotency_key,
-                   _client=client)
+                   created_at=when(d.get("created_at")),
+                   alternatives=[Alternative.from_json(a) for a in d.get("alternatives") or []],
+                   alternative=d.get("alternative"),
+                   price_to_win=money(d.get("price_to_win")),
+                   price_to_win_reason=d.get("price_to_win_reason") or "",
+                   idempotency_key=idempotency_key, _client=client)
 
     def wait_active(self, timeout_s: float = 600, poll_s: float = 1.0,
                     on_poll=None) -> Lease:

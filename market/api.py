@@ -406,7 +406,7 @@ def _check_product(attrs: dict) -> None:
 
 SHAPE_FIELDS = ("gpu_models", "gpus", "mig_profile", "gpu_share", "count", "hours",
                 "max_price_per_gpu_hour", "topology")
-MIN_ALTERNATIVES, MAX_ALTERNATIVES = 2, 8
+MIN_ALTERNATIVES, MAX_ALTERNATIVES = orders.MIN_ALTERNATIVES, orders.MAX_ALTERNATIVES
 
 
 class AlternativeSerializer(StrictSerializer):

@@ -87,8 +87,33 @@ def max_cost_micros(request: OrderRequest) -> int:
     return max(shape["gpus"] * shape["hours"] * shape["max_price_micros"] for shape in shapes)
 
 
+MIN_ALTERNATIVES, MAX_ALTERNATIVES = 2, 8
+
+
+def over_alternatives(*, alternatives: list[dict], **fields) -> OrderRequest:
+    """A bid over alternatives ({gpu_models, gpus, hours, max_price_micros, topology} each):
+    its shape fields are the first alternative's until one wins."""
+    first = alternatives[0]
+    return OrderRequest(gpu_models=list(first["gpu_models"]), gpus=first["gpus"],
+                        hours=first["hours"], max_price_micros=first["max_price_micros"],
+                        topology=dict(first.get("topology") or {}),
+                        alternatives=alternatives, **fields)
+
+
 def _check_alternatives(request: OrderRequest) -> None:
-    """Each shape of a bid over alternatives names a market and fits in a fabric."""
+    """A bid over alternatives is a public auction bid of 2 to 8 whole-GPU shapes (the API
+    says so before this; the web form leans on it), each of which names a market and fits
+    in a fabric."""
+    count = len(request.alternatives)
+    if not MIN_ALTERNATIVES <= count <= MAX_ALTERNATIVES:
+        raise OrderError(f"Give {MIN_ALTERNATIVES} to {MAX_ALTERNATIVES} alternatives "
+                         f"({count} given).", field="alternatives")
+    if request.tier not in (Lease.Tier.SPOT, Lease.Tier.RESERVED):
+        raise OrderError("Alternatives are for auction bids (spot or reserved): on demand "
+                         "takes one shape.", field="tier")
+    if request.pool or request.is_parts:
+        raise OrderError("Alternatives are bids for whole GPUs in the public market's "
+                         "auctions.", field="pool" if request.pool else "mig_profile")
     for position, shape in enumerate(request.alternatives):
         where = f"alternatives.{position}"
         known = set(GpuModel.objects.filter(name__in=shape["gpu_models"])
@@ -206,7 +231,7 @@ def check_public_request(request: OrderRequest) -> Work:
     work = work_of(request)
     if request.is_parts:
         _check_parts(request)
-    if request.tier != Lease.Tier.ON_DEMAND or request.is_parts:
+    if request.tier != Lease.Tier.ON_DEMAND or request.is_parts or request.alternatives:
         _check(request)
     else:
         _check_models(request)

@@ -49,16 +49,63 @@ class DollarsField(forms.CharField):
         return micros
 
 
+ALTERNATIVE_ROWS = 8
+WITHIN_CHOICES = [("", "anywhere"), ("required:node", "one node"), ("required:leaf", "one leaf"),
+                  ("required:spine", "one spine block"), ("preferred:node", "one node if it can"),
+                  ("preferred:leaf", "one leaf if it can"),
+                  ("preferred:spine", "one spine block if it can")]
+
+
+class AlternativeForm(forms.Form):
+    """One row of a bid over alternatives; a row left empty is no alternative (it is built
+    with `empty_permitted`, so Django does not validate it)."""
+
+    gpus = forms.IntegerField(required=False, min_value=1, max_value=100_000, label="GPUs")
+    gpu_models = forms.CharField(required=False, max_length=400, label="GPU models",
+                                 help_text="one, or several as H100-80GB|H200")
+    within = forms.ChoiceField(required=False, choices=WITHIN_CHOICES, label="Keep within")
+    hours = forms.IntegerField(required=False, min_value=1, max_value=8760, label="Hours")
+    max_price = DollarsField(required=False, label="Limit per GPU-hour ($)")
+
+    def clean_gpu_models(self) -> list[str]:
+        text = self.cleaned_data["gpu_models"]
+        names = [name.strip() for name in text.replace(",", "|").split("|")]
+        if text and not all(names):
+            raise forms.ValidationError("Name GPU models separated by |, e.g. H100-80GB|H200.")
+        if len(names) > 10:
+            raise forms.ValidationError("At most 10 GPU models.")
+        return names if text else []
+
+    def clean(self):
+        data = super().clean()
+        for name in ("gpus", "gpu_models", "hours", "max_price"):
+            if name not in self.errors and data.get(name) in (None, []):
+                self.add_error(name, "Give this, or leave the whole row empty.")
+        return data
+
+    def shape(self) -> dict:
+        """The alternative as `market.orders` takes it."""
+        data = self.cleaned_data
+        kind, _, level = data["within"].partition(":")
+        return {"gpu_models": data["gpu_models"], "gpus": data["gpus"], "hours": data["hours"],
+                "max_price_micros": data["max_price"], "topology": {kind: level} if level else {}}
+
+
 class OrderForm(forms.Form):
+    """One shape (model, GPUs, hours, limit, locality), or a spot or reserved bid over the
+    filled rows of `alternatives` (`alt-0-gpus` ... `alt-7-max_price`)."""
+
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=100, required=False)
     gpu_model = forms.ModelChoiceField(queryset=GpuModel.objects.order_by("name"),
                                        to_field_name="name", label="GPU model",
                                        empty_label=None)
-    gpus = forms.IntegerField(min_value=1, max_value=100_000, initial=8, label="GPUs")
-    hours = forms.IntegerField(min_value=1, max_value=8760, initial=1, label="Hours")
+    gpus = forms.IntegerField(min_value=1, max_value=100_000, initial=8, label="GPUs",
+                              required=False)
+    hours = forms.IntegerField(min_value=1, max_value=8760, initial=1, label="Hours",
+                               required=False)
     tier = forms.ChoiceField(choices=Lease.Tier.choices, initial=Lease.Tier.ON_DEMAND,
                              label="Tier")
-    max_price = DollarsField(label="Limit per GPU-hour ($)", initial="3.00",
+    max_price = DollarsField(label="Limit per GPU-hour ($)", initial="3.00", required=False,
                              help_text="You never pay more than this per GPU-hour.")
     level = forms.ChoiceField(choices=LEVEL_CHOICES, required=False, label="Keep GPUs within")
     strict = forms.ChoiceField(choices=[("required", "required"), ("preferred", "preferred")],
@@ -83,8 +130,25 @@ class OrderForm(forms.Form):
         required=False, min_value=1, max_value=999, label="Shares of (thousandths of a GPU)",
         help_text="e.g. 250: then GPUs counts shares, and the limit is per share-hour")
 
+    def __init__(self, data=None, *args, **kwargs):
+        super().__init__(data, *args, **kwargs)
+        self.alternatives = [AlternativeForm(data, prefix=f"alt-{row}", empty_permitted=True,
+                                             use_required_attribute=False)
+                             for row in range(ALTERNATIVE_ROWS)]
+
+    def filled_alternatives(self) -> list[AlternativeForm]:
+        return [row for row in self.alternatives if row.has_changed()]
+
     def clean(self):
         data = super().clean()
+        filled = self.filled_alternatives()
+        if not filled:
+            for name in ("gpus", "hours", "max_price"):
+                if name not in self.errors and data.get(name) is None:
+                    self.add_error(name, "This field is required.")
+        elif not all([row.is_valid() for row in filled]):
+            self.add_error(None, forms.ValidationError(
+                "An alternative has an error: see its row.", code="alternatives"))
         if data.get("mig_profile") and data.get("gpu_share"):
             self.add_error("gpu_share", "Slices or shares, not both.")
         if data.get("tier") == Lease.Tier.RESERVED:
@@ -96,6 +160,32 @@ class OrderForm(forms.Form):
         if earliest and latest and latest < earliest:
             self.add_error("start_latest", "The window ends before it starts.")
         return data
+
+    def add_order_error(self, field: str | None, message: str) -> None:
+        """A refusal of `market.orders` next to the field it names: an alternative's
+        (`alternatives.1.gpus`: the second filled row) in its row."""
+        where, _, rest = (field or "").partition(".")
+        if where == "alternatives" and rest:
+            position, _, name = rest.partition(".")
+            row = self.filled_alternatives()[int(position)]
+            row.add_error(ALTERNATIVE_FIELDS.get(name, None), message)
+            message = "An alternative has an error: see its row."
+        if where == "alternatives":
+            self.add_error(None, forms.ValidationError(message, code="alternatives"))
+        else:
+            self.add_error(ORDER_FIELDS.get(field) if field else None, message)
+
+    def alternatives_open(self) -> bool:
+        """Show the rows: some are filled (or refused)."""
+        return self.is_bound and bool(self.filled_alternatives() or self.alternatives_errors())
+
+    def alternatives_errors(self) -> list[str]:
+        return [m for e in self.errors.as_data().get("__all__", []) if e.code == "alternatives"
+                for m in e.messages]
+
+    def other_errors(self) -> list[str]:
+        return [m for e in self.errors.as_data().get("__all__", []) if e.code != "alternatives"
+                for m in e.messages]
 
     def topology(self) -> dict:
         data, topology = self.cleaned_data, {}
@@ -111,6 +201,9 @@ ORDER_FIELDS = {"gpu_models": "gpu_model", "gpus": "gpus", "hours": "hours",
                 "mig_profile": "mig_profile", "gpu_share": "gpu_share", "pool": None,
                 "max_price_per_gpu_hour": "max_price", "topology": "level",
                 "start_window": "start_earliest", "fill": "fill", "tier": "tier"}
+# ... and an alternative's (alternatives.N.FIELD) → the field of its row
+ALTERNATIVE_FIELDS = {"gpu_models": "gpu_models", "gpus": "gpus", "hours": "hours",
+                      "max_price_per_gpu_hour": "max_price", "topology": "within"}
 
 
 class ApiKeyForm(forms.Form):

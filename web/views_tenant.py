@@ -21,7 +21,7 @@ from market.leasing import (
 )
 from market.models import Lease, Order
 from pool.services import offered_gpus
-from web.forms import ORDER_FIELDS, ApiKeyForm, OrderForm
+from web.forms import ApiKeyForm, OrderForm
 from web.orgs import member_required, tenant_required
 
 ROWS = 25
@@ -80,13 +80,18 @@ def _default_model() -> str | None:
 
 def _place(request, form: OrderForm):
     data = form.cleaned_data
-    request_ = orders.OrderRequest(
-        gpu_models=[data["gpu_model"].name], gpus=data["gpus"], hours=data["hours"],
-        tier=data["tier"], max_price_micros=data["max_price"], topology=form.topology(),
-        start_earliest=data.get("start_earliest"), start_latest=data.get("start_latest"),
-        fill=data["fill"], idempotency_key=data.get("idempotency_key") or "",
-        allow_moves=data["allow_moves"], mig_profile=data.get("mig_profile") or "",
-        gpu_share=data.get("gpu_share"))
+    common = dict(
+        tier=data["tier"], start_earliest=data.get("start_earliest"),
+        start_latest=data.get("start_latest"), fill=data["fill"],
+        idempotency_key=data.get("idempotency_key") or "", allow_moves=data["allow_moves"],
+        mig_profile=data.get("mig_profile") or "", gpu_share=data.get("gpu_share"))
+    if alternatives := form.filled_alternatives():
+        request_ = orders.over_alternatives(alternatives=[row.shape() for row in alternatives],
+                                            **common)
+    else:
+        request_ = orders.OrderRequest(
+            gpu_models=[data["gpu_model"].name], gpus=data["gpus"], hours=data["hours"],
+            max_price_micros=data["max_price"], topology=form.topology(), **common)
     return orders.place_order(tenant=request.organization, request=request_,
                               actor=request.user.get_username())
 
@@ -107,10 +112,7 @@ def dashboard(request):
             try:
                 order = _place(request, form)
             except orders.OrderError as exc:
-                if exc.field:
-                    form.add_error(ORDER_FIELDS.get(exc.field), exc.message)
-                else:
-                    form.add_error(None, exc.message)
+                form.add_order_error(exc.field, exc.message)
             else:
                 request.session["last_order"] = order.pk
                 return redirect("web:dashboard")

@@ -313,7 +313,8 @@ LEASE_KEYS = {"id", "state", "tier", "gpu_model", "gpu_count", "mig_profile", "g
               "sla"}
 ORDER_KEYS = {"id", "state", "reason", "lease", "gpu_models", "gpus", "mig_profile",
               "gpu_share", "hours", "tier", "max_price_per_gpu_hour", "topology",
-              "start_window", "workload", "ssh_keys", "created_at", "idempotency_key"}
+              "start_window", "workload", "ssh_keys", "created_at", "alternatives",
+              "alternative", "price_to_win", "price_to_win_reason", "idempotency_key"}
 
 
 @pytest.mark.parametrize(("args", "keys"), [

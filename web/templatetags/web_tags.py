@@ -1,6 +1,6 @@
 from django import template
 
-from billing.core.money import divide_rounded
+from billing.core.money import divide_rounded, to_dollars
 
 register = template.Library()
 
@@ -59,3 +59,25 @@ def cents(micros) -> str:
         return "—"
     whole_cents = divide_rounded(int(micros), 10_000)
     return dollars(whole_cents * 10_000)
+
+
+@register.filter
+def exact_dollars(micros) -> str:
+    """Micro-dollars with every digit kept ("$2.415"): a price to win rounded to the cent
+    could be one that loses."""
+    if micros is None or micros == "":
+        return "—"
+    return f"${to_dollars(int(micros))}"
+
+
+PRICE_TO_WIN_STATES = ("open", "resting", "refused", "expired")
+
+
+@register.inclusion_tag("web/partials/price_to_win.html")
+def price_to_win(order):
+    """A bid a clearing refused: the lowest limit that would have won it, or why none
+    would have (nothing for a filled or cancelled order, or one no clearing has seen)."""
+    shown = order.state in PRICE_TO_WIN_STATES and (
+        order.price_to_win_micros is not None or bool(order.price_to_win_reason))
+    return {"shown": shown, "micros": order.price_to_win_micros,
+            "reason": order.price_to_win_reason}
