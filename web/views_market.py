@@ -1,10 +1,10 @@
-"""The public market: per GPU model, posted prices, free GPUs and the last clearing."""
+"""The public market: per GPU model, posted prices, free GPUs and the last clearing; a
+market's page with its candles, the depth of its book and its clearings."""
 
 from django.http import Http404
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
-
 from django.utils import timezone
+from django.views.decorators.http import require_GET
 
 from billing.core.money import to_micros
 from market import market_data
