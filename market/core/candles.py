@@ -76,7 +76,7 @@ def check_format(text: str | None) -> str:
 
 
 def parse_instant(param: str, text: str) -> datetime:
-    """An ISO 8601 date or date and time; without a zone it is UTC. A `+` a query string
+    """An ISO 8601 date or date and time, in UTC (without a zone it is UTC). A `+` a query string
     turned into a space (`...T00:00:00 00:00`) is read as the `+` it was."""
     value = text.strip()
     if "T" in value and " " in value:
@@ -86,7 +86,10 @@ def parse_instant(param: str, text: str) -> datetime:
     except ValueError:
         raise MarketDataError(param, f"Not a date or time: {text!r}; use ISO 8601, e.g. "
                                      "2026-12-01 or 2026-12-01T06:00:00Z.") from None
-    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+    try:
+        return instant.astimezone(UTC) if instant.tzinfo else instant.replace(tzinfo=UTC)
+    except OverflowError:  # an offset that takes it past year 1 or 9999
+        raise MarketDataError(param, "Out of the range of dates.") from None
 
 
 def floor(instant: datetime, step: timedelta) -> datetime:
@@ -111,11 +114,14 @@ def candle_range(*, interval: str | None, start: str | None, end: str | None,
     last = parse_instant("to", end) if end else None
     if first is not None and last is not None and first >= last:
         raise MarketDataError("from", "from must be before to.")
-    last_end = ceil(last, step) if last is not None else floor(now, step) + step
-    if first is None:
-        first_start = last_end - DEFAULT_COUNT[name] * step
-    else:
-        first_start = floor(first, step)
+    try:
+        last_end = ceil(last, step) if last is not None else floor(now, step) + step
+        first_start = (last_end - DEFAULT_COUNT[name] * step if first is None
+                       else floor(first, step))
+    except OverflowError:  # within a day of year 1 or year 9999
+        raise MarketDataError("to" if last is not None else "from",
+                              "Out of the range of dates.") from None
+    if first is not None:
         if first_start >= last_end:
             raise MarketDataError("from", "from must be before to (now, when to is not given).")
     rng = CandleRange(name, first_start, last_end)

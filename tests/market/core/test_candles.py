@@ -57,6 +57,9 @@ def test_the_number_of_intervals_is_capped():
     ("1h", "2026-11-18T10:00Z", "2026-11-18T10:00Z", "from"),
     ("1h", "soon", None, "from"),
     ("1h", None, "2026-11-31", "to"),
+    ("1h", None, "0001-01-01", "to"),  # no day before it to start from
+    ("1h", "9999-12-31T23:30:00", None, "from"),
+    ("1h", "0001-01-01T00:00:00+01:00", "0001-01-02", "from"),
 ])
 def test_bad_parameters_name_themselves(interval, start, end, param):
     with pytest.raises(MarketDataError) as refused:
