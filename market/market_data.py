@@ -1,5 +1,6 @@
-"""Public market data (docs/api-market-data.md): the order book of a market's next clearing and
-its candles, each one aggregate query in PostgreSQL, whatever the number of bids or clearings.
+"""Public market data (docs/api-market-data.md): the order book of a market's next clearing (two
+aggregate queries: bids of one shape, shapes of bids over alternatives) and its candles (one),
+whatever the number of bids or clearings.
 The ranges, the empty intervals and the order of rows are `market.core.candles`'.
 """
 
@@ -9,13 +10,14 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
+from django.db import connection
 from django.db.models import BigIntegerField, Count, F, Func, Max, Min, Q, Sum, TextField, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, Trunc
 
 from market.auctions import AUCTION_TIERS, interval_start
-from market.core.candles import Candle, CandleRange, fill_candles, sorted_book
+from market.core.candles import Candle, CandleRange, fill_candles, merged_book, sorted_book
 from market.models import Clearing, Lease, Order
 from market.order_states import OS
 
@@ -28,6 +30,23 @@ SELECT COALESCE(SUM((won.value ->> 'gpus')::bigint * o.hours), 0)
   FROM jsonb_array_elements("market_clearing"."accepted") AS won
   JOIN "market_order" o ON o.id = (won.value ->> 'order')::bigint
  WHERE NOT (won.value ? 'parts'))"""
+
+
+BOOK_FIELDS = ("price_micros", "topology", "bids", "gpus", "gpu_hours")
+# The shapes of resting bids over alternatives that name the market, summed like the bids of
+# one shape (a bid counts once per price and level, however many of its shapes lie there).
+ALTERNATIVES_SQL = """
+SELECT (shape.value ->> 'max_price_micros')::bigint,
+       COALESCE(shape.value -> 'topology' ->> 'required', 'none'),
+       COUNT(DISTINCT o.id),
+       SUM((shape.value ->> 'gpus')::bigint),
+       SUM((shape.value ->> 'gpus')::bigint * (shape.value ->> 'hours')::bigint)
+  FROM "market_order" o
+ CROSS JOIN LATERAL jsonb_array_elements(o.alternatives) AS shape
+ WHERE o.state = %s AND o.tier = ANY(%s) AND o.alternatives <> '[]'::jsonb
+   AND shape.value -> 'gpu_models' ? %s
+   AND NOT (o.tier = %s AND o.start_latest IS NOT NULL AND o.start_latest < %s)
+ GROUP BY 1, 2"""
 
 
 class _First(Func):
@@ -57,21 +76,28 @@ def next_clearing(*, gpu_model: str, now: datetime) -> datetime:
 def book_rows(*, gpu_model: str, now: datetime) -> list[dict]:
     """The whole-GPU spot and reserved bids the market's next clearing takes (resting, naming
     the model, a reserved one not past its start window), summed per limit per GPU-hour and
-    required topology level: `price_micros`, `topology`, `bids`, `gpus`, `gpu_hours`. Nothing
-    that names a bidder leaves this function."""
-    rows = (Order.objects
-            .filter(state=OS.RESTING, tier__in=AUCTION_TIERS, gpu_models__contains=[gpu_model],
-                    mig_profile="", gpu_share__isnull=True)
-            .exclude(tier=Lease.Tier.RESERVED, start_latest__lt=now)
-            .annotate(level=Coalesce(KT("topology__required"), Value("none"),
-                                     output_field=TextField()))
-            .values("max_price_micros", "level")
-            .annotate(bid_count=Count("id"), gpu_sum=Sum("gpus"),
-                      gpu_hour_sum=Sum(F("gpus") * F("hours")))
-            .order_by())
-    return sorted_book({"price_micros": row["max_price_micros"], "topology": row["level"],
-                        "bids": row["bid_count"], "gpus": row["gpu_sum"],
-                        "gpu_hours": row["gpu_hour_sum"]} for row in rows)
+    required topology level: `price_micros`, `topology`, `bids`, `gpus`, `gpu_hours`. A bid
+    over alternatives is there with each of its shapes that names the market (at most one of
+    them wins). Nothing that names a bidder leaves this function."""
+    one_shape = (Order.objects
+                 .filter(state=OS.RESTING, tier__in=AUCTION_TIERS, alternatives=[],
+                         gpu_models__contains=[gpu_model], mig_profile="",
+                         gpu_share__isnull=True)
+                 .exclude(tier=Lease.Tier.RESERVED, start_latest__lt=now)
+                 .annotate(level=Coalesce(KT("topology__required"), Value("none"),
+                                          output_field=TextField()))
+                 .values("max_price_micros", "level")
+                 .annotate(bid_count=Count("id"), gpu_sum=Sum("gpus"),
+                           gpu_hour_sum=Sum(F("gpus") * F("hours")))
+                 .order_by())
+    rows = [{"price_micros": row["max_price_micros"], "topology": row["level"],
+             "bids": row["bid_count"], "gpus": row["gpu_sum"],
+             "gpu_hours": row["gpu_hour_sum"]} for row in one_shape]
+    with connection.cursor() as cursor:
+        cursor.execute(ALTERNATIVES_SQL, [OS.RESTING, list(AUCTION_TIERS), gpu_model,
+                                          Lease.Tier.RESERVED, now])
+        rows += [dict(zip(BOOK_FIELDS, row, strict=True)) for row in cursor.fetchall()]
+    return sorted_book(merged_book(rows))
 
 
 def candles(*, gpu_model: str, rng: CandleRange) -> list[Candle]:

@@ -147,3 +147,16 @@ def sorted_book(rows: Iterable[dict]) -> list[dict]:
     price the topology levels from none to the widest."""
     return sorted(rows, key=lambda row: (-row["price_micros"], topology_rank(row["topology"]),
                                          row["topology"]))
+
+
+def merged_book(rows: Iterable[dict]) -> list[dict]:
+    """Rows of one price and topology level summed into one (`bids`, `gpus`, `gpu_hours`)."""
+    merged: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["price_micros"], row["topology"])
+        if key in merged:
+            for name in ("bids", "gpus", "gpu_hours"):
+                merged[key][name] += row[name]
+        else:
+            merged[key] = dict(row)
+    return list(merged.values())
