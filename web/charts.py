@@ -1,5 +1,5 @@
-"""Small server-drawn SVG charts (no JavaScript): a price line over time, a market's candles
-and its book's depth. The geometry is `web.core.chart_geometry`'s; here the labels."""
+"""Small server-drawn SVG charts (no JavaScript): a percentage line over time, a market's
+candles and its book's depth. The geometry is `web.core.chart_geometry`'s; here the labels."""
 
 from __future__ import annotations
 
@@ -29,38 +29,6 @@ class LineChart:
     dots: list[tuple[float, float, str]]  # x, y, tooltip
     y_ticks: list[tuple[float, str]]  # y, label
     x_labels: list[tuple[float, str]]
-
-
-def price_line(samples: list[tuple[datetime, int]], *, width: int = 1100, height: int = 260,
-               pad: int = 44) -> LineChart | None:
-    """(time, micro-dollars) samples, oldest first → a line chart; None under two samples."""
-    if len(samples) < 2:
-        return None
-    times = [t.timestamp() for t, _ in samples]
-    values = [v for _, v in samples]
-    t0, t1 = min(times), max(times)
-    low, high = min(values), max(values)
-    if high == low:
-        low, high = low - 500_000, high + 500_000
-    low = max(0, low - (high - low) // 10)
-    high = high + (high - low) // 10
-
-    def x(t):
-        return pad + 30 + (width - 2 * pad - 30) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.5)
-
-    def y(v):
-        return 12 + (height - pad - 12) * (high - v) / (high - low)
-
-    coords = [(round(x(t), 1), round(y(v), 1)) for t, v in zip(times, values, strict=True)]
-    dots = [(cx, cy, f"{stamp:%Y-%m-%d %H:%M} — {dollars(v)}")
-            for (cx, cy), (stamp, v) in zip(coords, samples, strict=True)]
-    # ticks at whole cents
-    tick_values = [round((low + (high - low) * i / 4) / 10_000) * 10_000 for i in range(5)]
-    ticks = [(round(y(v), 1), dollars(v)) for v in tick_values]
-    x_labels = [(coords[0][0], f"{samples[0][0]:%b %d %H:%M}"),
-                (coords[-1][0], f"{samples[-1][0]:%b %d %H:%M}")]
-    return LineChart(width, height, " ".join(f"{a},{b}" for a, b in coords), dots, ticks,
-                     x_labels)
 
 
 def percent_line(samples: list[tuple[datetime, float]], *, width: int = 1100, height: int = 240,
