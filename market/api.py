@@ -1,9 +1,13 @@
 """REST API for prices (providers) and leases (tenants). Thin: validate, call a service,
 serialize."""
 
+import csv
+
 from django.db.models import Count, Max, Min, Prefetch
+from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -18,7 +22,8 @@ from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import Read, ReadOrProvide, ReadOrTrade, organization_of
 from ibex.api.pagination import CursorPagination
 from ibex.api.throttles import OrderThrottle
-from market import leasing, offers, orders, parts, prices, quotes
+from market import leasing, market_data, offers, orders, parts, prices, quotes
+from market.core import candles as candle_core
 from market.core import offers_query
 from market.core.workloads import MAX_SLURM_ACCOUNT_CHARS
 from market.models import Clearing, GpuPrice, Lease, LeaseEvent, Order
@@ -684,9 +689,55 @@ class MarketSerializer(serializers.Serializer):
     last_clearing = ClearingSerializer(allow_null=True)
 
 
+class BookLevelSerializer(serializers.Serializer):
+    price_per_gpu_hour = DollarsField(source="price_micros",
+                                      help_text="the bids' limit per GPU-hour")
+    topology = serializers.ChoiceField(choices=candle_core.TOPOLOGY_ORDER,
+                                       help_text="the level the bids require their GPUs in")
+    bids = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    gpu_hours = serializers.IntegerField()
+
+
+class BookSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    next_clearing = serializers.DateTimeField(
+        help_text="the start of the interval whose clearing takes these bids")
+    levels = BookLevelSerializer(many=True, help_text="the highest price first")
+
+
+class CandleSerializer(serializers.Serializer):
+    interval_start = serializers.DateTimeField()
+    interval_end = serializers.DateTimeField()
+    open = DollarsField(allow_null=True, help_text="the first clearing price of the interval; "
+                                                   "null: no clearing had a price")
+    high = DollarsField(allow_null=True)
+    low = DollarsField(allow_null=True)
+    close = DollarsField(allow_null=True, help_text="the last clearing price of the interval")
+    clearings = serializers.IntegerField()
+    gpus_sold = serializers.IntegerField()
+    gpu_hours_sold = serializers.IntegerField()
+
+
+# `from` and `to` are Python keywords: the class is built from a dict
+CandlesSerializer = type("CandlesSerializer", (serializers.Serializer,), {
+    "__module__": __name__,
+    "gpu_model": serializers.CharField(),
+    "interval": serializers.ChoiceField(choices=list(candle_core.INTERVALS)),
+    "from": serializers.DateTimeField(help_text="the first interval's start"),
+    "to": serializers.DateTimeField(help_text="the last interval's end (exclusive)"),
+    "candles": CandleSerializer(many=True, help_text="oldest first"),
+})
+
+FORMAT_PARAMETER = OpenApiParameter("format", str, enum=list(candle_core.FORMATS),
+                                    default="json", description="csv: text/csv, a header row "
+                                                                "of the same fields")
+
+
 class MarketViewSet(viewsets.ViewSet):
     """Public market data: per GPU model, offered and free GPUs, posted prices and the
-    latest clearing; `history/` lists every clearing of one market."""
+    latest clearing; `history/` lists every clearing of one market, `book/` the bids of its
+    next clearing, `candles/` its prices per hour or day."""
 
     permission_classes = [AllowAny]
     lookup_field = "gpu_model"
@@ -707,6 +758,87 @@ class MarketViewSet(viewsets.ViewSet):
         paginator.ordering = "-interval_start"
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response(ClearingSerializer(page, many=True).data)
+
+    @extend_schema(parameters=[FORMAT_PARAMETER],
+                   responses={(200, "application/json"): BookSerializer,
+                              (200, "text/csv"): OpenApiTypes.STR},
+                   summary="The order book of the next clearing: bids summed per price and "
+                           "required topology, no bidder named")
+    @action(detail=True, methods=["get"])
+    def book(self, request, gpu_model=None):
+        self._market(gpu_model)
+        fmt = _market_data_format(request)
+        now = timezone.now()
+        body = BookSerializer({
+            "gpu_model": gpu_model,
+            "next_clearing": market_data.next_clearing(gpu_model=gpu_model, now=now),
+            "levels": market_data.book_rows(gpu_model=gpu_model, now=now)}).data
+        if fmt == "csv":
+            return _csv(body["levels"], BookLevelSerializer, f"{gpu_model}-book.csv")
+        return Response(body)
+
+    @extend_schema(parameters=[
+        OpenApiParameter("interval", str, enum=[*candle_core.INTERVALS],
+                         default=candle_core.DEFAULT_INTERVAL,
+                         description="an hour (on the hour, UTC) or a day (from 00:00 UTC)"),
+        OpenApiParameter("from", OpenApiTypes.DATETIME, description=(
+            "ISO 8601 date or time (UTC without a zone), moved back to its interval's start; "
+            "default: 24 hours or 30 days before `to`")),
+        OpenApiParameter("to", OpenApiTypes.DATETIME, description=(
+            "exclusive, moved on to its interval's end; default: the end of the interval "
+            f"running now. At most {candle_core.MAX_CANDLES} intervals from `from`")),
+        FORMAT_PARAMETER,
+    ], responses={(200, "application/json"): CandlesSerializer,
+                  (200, "text/csv"): OpenApiTypes.STR},
+        summary="Candles: open, high, low, close of clearing prices and what sold, per "
+                "interval (empty ones included)")
+    @action(detail=True, methods=["get"])
+    def candles(self, request, gpu_model=None):
+        self._market(gpu_model)
+        fmt = _market_data_format(request)
+        params = request.query_params
+        try:
+            rng = candle_core.candle_range(interval=params.get("interval"),
+                                           start=params.get("from"), end=params.get("to"),
+                                           now=timezone.now())
+        except candle_core.MarketDataError as exc:
+            raise ValidationError({exc.param: [exc.message]}) from None
+        rows = [_candle_row(c) for c in market_data.candles(gpu_model=gpu_model, rng=rng)]
+        body = CandlesSerializer({"gpu_model": gpu_model, "interval": rng.interval,
+                                  "from": rng.start, "to": rng.end, "candles": rows}).data
+        if fmt == "csv":
+            return _csv(body["candles"], CandleSerializer,
+                        f"{gpu_model}-candles-{rng.interval}.csv")
+        return Response(body)
+
+    @staticmethod
+    def _market(gpu_model: str) -> None:
+        if not GpuModel.objects.filter(name=gpu_model).exists():
+            raise NotFound(f"No market for {gpu_model}.")
+
+
+def _market_data_format(request) -> str:
+    try:
+        return candle_core.check_format(request.query_params.get("format"))
+    except candle_core.MarketDataError as exc:
+        raise ValidationError({exc.param: [exc.message]}) from None
+
+
+def _candle_row(candle) -> dict:
+    return {"interval_start": candle.start, "interval_end": candle.end, "open": candle.open,
+            "high": candle.high, "low": candle.low, "close": candle.close,
+            "clearings": candle.clearings, "gpus_sold": candle.gpus_sold,
+            "gpu_hours_sold": candle.gpu_hours_sold}
+
+
+def _csv(rows: list[dict], serializer: type[serializers.Serializer], name: str) -> HttpResponse:
+    """The rows as CSV: a header of the JSON's field names, an empty cell for null."""
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="{name}"'
+    writer = csv.DictWriter(response, fieldnames=list(serializer().fields))
+    writer.writeheader()
+    writer.writerows(rows)
+    return response
 
 
 def market_summary(gpu_model: str) -> dict:

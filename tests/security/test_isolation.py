@@ -45,6 +45,8 @@ OPERATIONS = sorted((path, method) for path, item in SCHEMA["paths"].items()
 PUBLIC_OR_SELF = {
     "/api/v1/gpu-models/{name}/": "the public GPU catalogue",
     "/api/v1/markets/{gpu_model}/history/": "public market prices",
+    "/api/v1/markets/{gpu_model}/book/": "public market data, naming no bidder",
+    "/api/v1/markets/{gpu_model}/candles/": "public market prices",
     "/api/v1/account/invoices/{month}/": "a month of the caller's own account",
     "/api/v1/account/statements/{month}/": "a month of the caller's own account",
 }

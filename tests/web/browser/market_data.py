@@ -51,3 +51,22 @@ def lively_market():
             minutes=5 * i), price_micros=cents * 10_000, gpus_sold=16 + 8 * (i % 4),
             accepted=[{}] * (2 + i % 3), refused=[{}] * (i % 2))
     return h100
+
+
+def waiting_bids():
+    """Spot bids of two tenants resting for the next H100 clearing: the market page's book."""
+    from billing import services as money
+    from market.orders import OrderRequest, place_order
+
+    for slug, bids in {"deep-labs": [(64, 2_600_000, 6, "spine"), (16, 2_450_000, 2, "leaf")],
+                       "tiny-ai": [(8, 2_450_000, 1, None), (8, 2_300_000, 4, "node"),
+                                   (32, 2_200_000, 8, "leaf")]}.items():
+        tenant = accounts.create_organization(slug=slug, name=slug.replace("-", " ").title(),
+                                              roles=("tenant",))
+        money.grant_credit(organization=tenant, amount_micros=10_000 * 1_000_000,
+                           reason="test", actor="test")
+        for gpus, limit, hours, within in bids:
+            place_order(tenant=tenant, actor=slug, request=OrderRequest(
+                gpu_models=["H100-80GB"], gpus=gpus, hours=hours, tier="spot",
+                max_price_micros=limit, fill="rest",
+                topology={"required": within} if within else {}))

@@ -9,7 +9,7 @@ from billing import services as money
 from ibex.accounts.models import Organization
 from market.models import GpuPrice, Lease
 from market.orders import OrderRequest, place_order
-from tests.web.browser.market_data import lively_market
+from tests.web.browser.market_data import lively_market, waiting_bids
 from tests.web.conftest import PASSWORD, person
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,6 +23,7 @@ def expect(locator):
 
 def test_a_visitor_sees_the_market_and_a_clearing_history(page, screenshot):
     lively_market()
+    waiting_bids()
 
     page.goto("/")
 
@@ -35,8 +36,9 @@ def test_a_visitor_sees_the_market_and_a_clearing_history(page, screenshot):
     screenshot(page, "market")
     h100.get_by_role("link", name=re.compile("Clearing history")).click()
     expect(page.get_by_role("heading", level=1)).to_have_text("H100-80GB — clearing history")
-    expect(page.locator("table tbody tr")).to_have_count(12)
-    screenshot(page, "clearing-history")
+    expect(page.locator("#clearings-table tbody tr")).to_have_count(12)
+    expect(page.locator("#book-table tbody tr")).to_have_count(4)  # four limits
+    screenshot(page, "clearing-history", full_page=True)
 
 
 def test_the_market_fits_a_phone_screen(page):

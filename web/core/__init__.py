@@ -1,0 +1,1 @@
+"""The web pages' pure cores: geometry over plain numbers, without Django."""
