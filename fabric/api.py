@@ -230,7 +230,7 @@ class FabricReportSerializer(StrictSerializer):
         for index, link in enumerate(data.get("links", [])):
             ends = ((link["a"]["guid"], link["a"]["port"]), (link["b"]["guid"], link["b"]["port"]))
             if ends[0] == ends[1] or ends[0] in seen or ends[1] in seen:
-                raise ValidationError({f"links[{index}]": ["a port is on one link only"]})
+                raise ValidationError({f"links.{index}": ["a port is on one link only"]})
             seen.update(ends)
         return data
 

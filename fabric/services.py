@@ -239,8 +239,8 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
     in the snapshot. The changes (named for people) and the cables IBEX does not know."""
     ends: dict[int, list[tuple[str, int]]] = defaultdict(list)
     for link_id, guid, number in Port.objects.filter(fabric=fabric, link__isnull=False) \
-            .values_list("link_id", "device_guid", "number"):
-        ends[link_id].append((guid, number))
+            .order_by("link_id", "link_end").values_list("link_id", "device_guid", "number"):
+        ends[link_id].append((guid, number))  # the A end (the HCA, or the lower tier) first
     known = {link_key(*pair[0], *pair[1]): link_id for link_id, pair in ends.items()
              if len(pair) == 2}
     live = {link_key(item["a"]["guid"], item["a"]["port"], item["b"]["guid"], item["b"]["port"]):
@@ -262,7 +262,7 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
             link.state, link.state_changed_at = state, observed_at
             if len(changed) < CHANGES_NAMED:
                 names = names or device_names(fabric)
-                changed.append({"link": link.id, "name": link_name(key, names),
+                changed.append({"link": link.id, "name": link_name(ends[link_id], names),
                                 "from": before[0], "to": state})
         if (link.state, link.rate_gbps, link.width) != before:
             updated.append(link)
@@ -284,9 +284,9 @@ def device_names(fabric: Fabric) -> dict[str, str]:
     return names
 
 
-def link_name(key: tuple, names: dict[str, str]) -> str:
+def link_name(ends, names: dict[str, str]) -> str:
     """``"node01 mlx5_0 port 1 - leaf01 port 3"``; a device IBEX does not know by its GUID."""
-    (a_guid, a_port), (b_guid, b_port) = key
+    (a_guid, a_port), (b_guid, b_port) = ends
     return f"{names.get(a_guid, a_guid)} port {a_port} - {names.get(b_guid, b_guid)} port {b_port}"
 
 
