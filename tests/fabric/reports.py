@@ -21,9 +21,8 @@ def discovery_of(spec: FabricSpec, without: set = frozenset()) -> Discovery:
              for i, s in enumerate(spec.switches)}
     nodes.update({h.guid: LiveNode(h.guid, "ca", 1, h.description, 1000 + i)
                   for i, h in enumerate(spec.hcas)})
-    links = [LiveLink(*link_key(l.a_guid, l.a_port, l.b_guid, l.b_port)[0],
-                      *link_key(l.a_guid, l.a_port, l.b_guid, l.b_port)[1], l.rate_gbps, "4x")
-             for l in spec.links if key_of(l) not in without]
+    links = [LiveLink(*key_of(link)[0], *key_of(link)[1], link.rate_gbps, "4x")
+             for link in spec.links if key_of(link) not in without]
     return Discovery(nodes=nodes, links=links)
 
 
