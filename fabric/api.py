@@ -244,6 +244,9 @@ class FabricReportAnswerSerializer(serializers.Serializer):
     changed = serializers.ListField(child=serializers.DictField(),
                                     help_text="links whose state this report changed")
     unmatched_links = serializers.IntegerField(help_text="cables up that IBEX does not know")
+    partial_view = serializers.BooleanField(
+        help_text="the last topology held fewer than half the known links: those it did not "
+                  "reach kept their state")
     counters = serializers.DictField(child=serializers.IntegerField())
 
 

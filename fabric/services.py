@@ -176,6 +176,7 @@ def _save_ports_and_links(fabric: Fabric, spec: FabricSpec, host_ids: dict[str, 
 
 CHANGES_NAMED = 50  # link changes named one by one in the answer and the summary
 UNMATCHED_NAMED = 20
+MIN_SEEN_SHARE = 0.5  # a snapshot with fewer of the known links is a partial view
 
 
 class FabricReportRefused(Refusal):
@@ -213,10 +214,11 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
         observed_at = report["observed_at"]
         fresh = fabric.live_seen_at is None or observed_at > fabric.live_seen_at
         if fresh and "links" in report:
-            changed, unmatched = _follow_links(fabric, report["links"], observed_at)
+            changed, unmatched, partial = _follow_links(fabric, report["links"], observed_at)
             updates["live_topology_hash"] = report["topology_hash"]
             summary["unmatched_links"] = len(unmatched)
             summary["unmatched_sample"] = unmatched[:UNMATCHED_NAMED]
+            summary["partial_view"] = partial
             answer.update(changed=changed, unmatched_links=len(unmatched))
             fabric.live_topology_hash = report["topology_hash"]
         if fresh:
@@ -230,13 +232,20 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
     summary["links"] = {state: states.get(state, 0) for state in Link.State.values}
     updates["live_summary"] = summary
     Fabric.objects.filter(pk=fabric.pk).update(**updates)
-    answer.update(topology_hash=fabric.live_topology_hash, links=summary["links"])
+    answer.update(topology_hash=fabric.live_topology_hash, links=summary["links"],
+                  partial_view=summary.get("partial_view", False))
     return answer
 
 
 def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime):
     """Set each known link to what the agent saw: its state and rate, or `down` when it is not
-    in the snapshot. The changes (named for people) and the cables IBEX does not know."""
+    in the snapshot. The changes (named for people), the cables IBEX does not know, and whether
+    the snapshot was a partial view.
+
+    A snapshot that holds fewer than `MIN_SEEN_SHARE` of the known links is a partial view, not
+    a fabric mostly down: the agent's own uplinks cut (it sees its leaf and no further), or a
+    fabric imported from a file whose GUIDs are not the live ones (a Slurm topology.conf). The
+    links it sees are taken; those it does not see keep their state."""
     ends: dict[int, list[tuple[str, int]]] = defaultdict(list)
     for link_id, guid, number in Port.objects.filter(fabric=fabric, link__isnull=False) \
             .order_by("link_id", "link_end").values_list("link_id", "device_guid", "number"):
@@ -246,10 +255,13 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
     live = {link_key(item["a"]["guid"], item["a"]["port"], item["b"]["guid"], item["b"]["port"]):
             item for item in live_links}
     links = Link.objects.filter(fabric=fabric).in_bulk(list(known.values()))
+    partial = sum(key in live for key in known) < len(known) * MIN_SEEN_SHARE
     updated, history, changed = [], [], []
     names = None
     for key, link_id in known.items():
         link, seen = links[link_id], live.get(key)
+        if seen is None and partial:
+            continue  # a partial view says nothing of the cables it does not reach
         state = seen["state"] if seen else Link.State.DOWN
         rate = _decimal(seen.get("rate_gbps")) if seen else None
         width = (seen.get("width") or "") if seen else ""
@@ -272,7 +284,7 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
     unmatched = [key for key in live if key not in known]
     if unmatched:
         names = names or device_names(fabric)
-    return changed, [link_name(key, names) for key in unmatched]
+    return changed, [link_name(key, names) for key in unmatched], partial
 
 
 def device_names(fabric: Fabric) -> dict[str, str]:

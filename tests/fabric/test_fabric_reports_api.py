@@ -14,6 +14,7 @@ from tests.factories import client_for
 SPEC = fat_tree(8, 4, rate_gbps=100)  # 4 leaves of 2 hosts under 2 spines: 16 cables
 SWITCHES = {switch.guid for switch in SPEC.switches}
 UPLINK = next(link for link in SPEC.links if link.a_guid in SWITCHES)  # leaf01 port 3 - spine01
+LEAF01 = UPLINK.a_guid
 
 
 @pytest.fixture
@@ -72,6 +73,20 @@ def test_an_unreachable_poll_keeps_the_last_view(fabric, provider_client):
     assert fabric.live_seen_at == now
     assert Link.objects.filter(state="down").count() == 1
     assert Link.objects.filter(state="active").count() == len(SPEC.links) - 1
+
+
+def test_a_snapshot_of_less_than_half_the_fabric_is_a_partial_view_that_downs_nothing(
+        fabric, provider_client):
+    now = timezone.now()
+    post(provider_client, report(SPEC, now, without={key_of(UPLINK)}))
+    leaf01_only = {key_of(link) for link in SPEC.links if LEAF01 not in (link.a_guid, link.b_guid)}
+
+    answer = post(provider_client, report(SPEC, now + timedelta(seconds=30),
+                                          without=leaf01_only)).json()
+
+    assert answer["partial_view"] is True
+    assert answer["links"]["down"] == 0  # the uplink it sees again is back; nothing else went
+    assert [change["to"] for change in answer["changed"]] == ["active"]
 
 
 def test_a_report_without_topology_and_the_same_hash_changes_no_link(fabric, provider_client):
