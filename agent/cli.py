@@ -18,8 +18,10 @@ from agent import __version__, sysinfo
 from agent.client import ApiClient
 from agent.errors import AgentError
 from agent.fabric_agent import (
+    COUNTER_TOOLS,
     DEFAULT_COMMAND_TIMEOUT_S,
     DEFAULT_INTERVAL_S,
+    PERFQUERY_MAX_NODES,
     FabricAgent,
     FabricAgentOptions,
 )
@@ -149,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     fabric.add_argument("--command-timeout", type=_positive_float, default=DEFAULT_COMMAND_TIMEOUT_S,
                         help="seconds a diagnostic may take before the fabric counts as "
                              f"unreachable (default: {DEFAULT_COMMAND_TIMEOUT_S:g})")
+    fabric.add_argument("--counters", choices=COUNTER_TOOLS, default="auto",
+                        help="how port counters are read: perfquery (two runs per node), "
+                             "ibqueryerrors (two runs for the whole fabric), or auto: perfquery "
+                             f"up to {PERFQUERY_MAX_NODES} nodes (default: auto)")
     fabric.add_argument("--once", action="store_true", help="poll and report once, then exit")
     _add_common_arguments(fabric)
     fabric.set_defaults(handler=command_fabric, parser=fabric)
@@ -416,7 +422,8 @@ def command_fabric(args: argparse.Namespace) -> int:
     agent = FabricAgent(FabricAgentOptions(
         server=args.server, token=args.token, fabric=args.fabric, interval_s=args.interval,
         opensm_conf_dir=args.opensm_conf_dir, opensm_pid_file=args.opensm_pid_file,
-        timeout_s=args.timeout, command_timeout_s=args.command_timeout), stop=stop)
+        timeout_s=args.timeout, command_timeout_s=args.command_timeout,
+        counters_tool=args.counters), stop=stop)
     if args.once:
         answer = agent.poll_once()
         links = answer.get("links", {})

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from fabric.core.diags import (
     Discovery,
     merge_counters,
     parse_discovery,
+    parse_ibqueryerrors,
     parse_perfquery,
 )
 from fabric.core.fabric_report import (
@@ -46,11 +48,21 @@ log = logging.getLogger("ibex-agent")
 DEFAULT_INTERVAL_S = 30.0
 DEFAULT_COMMAND_TIMEOUT_S = 20.0
 PERFQUERY_WORKERS = 4  # perfquery runs in parallel, one node (all its ports) per call
+# Above this many nodes, two perfquery runs per node cost more than the interval (about 35 ms a
+# run on a loaded 2-core machine: 140 s for 2,012 nodes); ibqueryerrors reads every port of the
+# fabric in one run (docs/benchmarks.md).
+PERFQUERY_MAX_NODES = 256
+COUNTER_TOOLS = ("auto", "perfquery", "ibqueryerrors")
+ERROR_THRESHOLDS = "SymbolErrorCounter=0\nLinkDownedCounter=0\nPortRcvErrors=0\nPortXmitDiscards=0\n"
 ERROR_LENGTH = 500
 
 
 class DiagsFailed(AgentError):
     """A diagnostic that did not answer: the fabric is not reachable from here."""
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.output = output  # what it printed on stdout before failing
 
 
 @dataclass
@@ -63,6 +75,7 @@ class FabricAgentOptions:
     opensm_pid_file: Path | None = None
     timeout_s: float = 10.0  # HTTP
     command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
+    counters_tool: str = "auto"
     env: dict[str, str] | None = None  # for the diagnostics (None: this process's)
 
 
@@ -82,7 +95,7 @@ def run_diag(argv: list[str], timeout_s: float, env: dict[str, str] | None = Non
         raise DiagsFailed(f"{argv[0]} gave no answer within {timeout_s:g} s") from None
     if process.returncode != 0:
         last = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "")
-        raise DiagsFailed(f"{argv[0]} failed (exit {process.returncode}): {last[:300]}")
+        raise DiagsFailed(f"{argv[0]} failed (exit {process.returncode}): {last[:300]}", out)
     return out
 
 
@@ -92,6 +105,7 @@ class FabricReader:
 
     command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
     env: dict[str, str] | None = None
+    counters_tool: str = "auto"  # perfquery per node; ibqueryerrors for the whole fabric
     run: Callable[[list[str], float, dict | None], str] = run_diag
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
@@ -100,21 +114,63 @@ class FabricReader:
         started, observed_at = time.monotonic(), self.clock()
         header = {"version": REPORT_VERSION, "observed_at": observed_at.isoformat(),
                   "reachable": True, "error": ""}
-        try:
-            discovery = parse_discovery(self.run(["ibnetdiscover"], self.command_timeout_s, self.env))
-            if not discovery.nodes:
-                raise DiagsFailed("ibnetdiscover found no nodes")
-        except (DiagsFailed, DiagsFormatError) as error:
-            header.update(reachable=False, error=str(error)[:ERROR_LENGTH], topology_hash="",
-                          poll_s=round(time.monotonic() - started, 3))
-            return header, None
-        counters, failures = self.read_counters(discovery)
+        with tempfile.TemporaryDirectory(prefix="ibex-fabric-") as scratch:
+            cache = Path(scratch, "fabric.cache")  # ibqueryerrors reads it: no second discovery
+            try:
+                discovery = parse_discovery(self.run(["ibnetdiscover", "--cache", str(cache)],
+                                                     self.command_timeout_s, self.env))
+                if not discovery.nodes:
+                    raise DiagsFailed("ibnetdiscover found no nodes")
+            except (DiagsFailed, DiagsFormatError) as error:
+                header.update(reachable=False, error=str(error)[:ERROR_LENGTH], topology_hash="",
+                              poll_s=round(time.monotonic() - started, 3))
+                return header, None
+            if self.tool_for(discovery) == "ibqueryerrors":
+                counters, failures = self.read_fabric_counters(discovery, cache)
+            else:
+                counters, failures = self.read_counters(discovery)
         section = topology_section(discovery)
         header.update(topology_hash=topology_hash(section), counters=counters,
                       poll_s=round(time.monotonic() - started, 3))
         if failures:
             header["counter_errors"] = failures[:20]
         return header, section
+
+    def tool_for(self, discovery: Discovery) -> str:
+        if self.counters_tool != "auto":
+            return self.counters_tool
+        return "perfquery" if len(discovery.nodes) <= PERFQUERY_MAX_NODES else "ibqueryerrors"
+
+    def read_fabric_counters(self, discovery: Discovery, cache: Path) -> tuple[list[dict], list[str]]:
+        """Every cabled port's counters in two ``ibqueryerrors`` runs over the discovery's cache:
+        the data counters of every port (``--counters``), then every port with an error counter
+        above zero (a threshold file of zeros); a port it does not list there has none."""
+        thresholds = cache.with_name("thresholds")
+        thresholds.write_text(ERROR_THRESHOLDS)
+        base = ["ibqueryerrors", "--load-cache", str(cache)]
+        try:
+            data = parse_ibqueryerrors(self.run_listing([*base, "--counters"]), discovery.port_guids)
+            errors = parse_ibqueryerrors(self.run_listing([*base, "--threshold-file", str(thresholds)]),
+                                         discovery.port_guids)
+        except (DiagsFailed, DiagsFormatError) as error:
+            return [], [str(error)[:ERROR_LENGTH]]
+        counters = []
+        for guid, ports in discovery.cabled_ports().items():
+            for port in ports:
+                if (guid, port) not in data:
+                    continue
+                sample = {**errors.get((guid, port), {}), **data[(guid, port)]}
+                counters.append(counters_entry(guid, port, {**sample, "extended": True}))
+        return counters, []
+
+    def run_listing(self, argv: list[str]) -> str:
+        """ibqueryerrors exits 1 when it lists a port above a threshold: not a failure."""
+        try:
+            return self.run(argv, self.command_timeout_s, self.env)
+        except DiagsFailed as error:
+            if "(exit 1)" in str(error) and error.output:
+                return error.output
+            raise
 
     def read_counters(self, discovery: Discovery) -> tuple[list[dict], list[str]]:
         """Every cabled port's counters, one ``perfquery`` (and one ``perfquery -x``) per node,
@@ -170,7 +226,7 @@ class FabricAgent:
         self.options = options
         self.client = client or ApiClient(options.server, timeout_s=options.timeout_s)
         self.reader = reader or FabricReader(command_timeout_s=options.command_timeout_s,
-                                             env=options.env)
+                                             env=options.env, counters_tool=options.counters_tool)
         self.stop = stop or threading.Event()
         self.acknowledged_hash: str | None = None  # the topology the server holds
 

@@ -14,7 +14,7 @@ Each cable is kept once, its ends in a canonical order (see `LiveLink.key`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fabric.core.spec import normalise_guid
 
@@ -87,6 +87,7 @@ def link_key(a_guid: str, a_port: int, b_guid: str, b_port: int):
 class Discovery:
     nodes: dict[str, LiveNode]
     links: list[LiveLink]
+    port_guids: dict[str, str] = field(default_factory=dict)  # a CA port's GUID -> its node's
 
     def cabled_ports(self) -> dict[str, list[int]]:
         """Each node's ports that have a cable up, in order."""
@@ -109,6 +110,7 @@ def parse_discovery(text: str) -> Discovery:
     """Nodes and cables of one ``ibnetdiscover`` run."""
     nodes: dict[str, LiveNode] = {}
     links: dict[tuple, LiveLink] = {}
+    port_guids: dict[str, str] = {}
     current: dict | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -129,6 +131,8 @@ def parse_discovery(text: str) -> Discovery:
         if current is None:
             raise DiagsFormatError(f"ibnetdiscover line {number}: a port outside a node")
         comment = port["comment"] or ""
+        if current["kind"] == "ca" and port["portguid"]:
+            port_guids[normalise_guid(port["portguid"])] = current["guid"]
         if current["kind"] == "ca" and not current["lid"]:
             # a CA's port line starts its comment with its own LID: `# lid 4 lmc 0 "leaf1" ...`
             lid = _LID.search(comment)
@@ -141,7 +145,8 @@ def parse_discovery(text: str) -> Discovery:
         (a_guid, a_port), (b_guid, b_port) = link_key(*here, *there)
         link = LiveLink(a_guid, a_port, b_guid, b_port, rate, width)
         links.setdefault(link.key, link)
-    return Discovery(nodes=nodes, links=sorted(links.values(), key=lambda item: item.key))
+    return Discovery(nodes=nodes, links=sorted(links.values(), key=lambda item: item.key),
+                     port_guids=port_guids)
 
 
 def parse_perfquery(text: str) -> dict[tuple[int, int], dict]:
@@ -180,3 +185,31 @@ def merge_counters(basic: dict, extended: dict | None) -> dict:
                 merged[name] = extended[name]
         merged["extended"] = True
     return merged
+
+
+_QE_PORT = re.compile(r"^GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+|ALL):(?P<items>.*)$")
+_QE_ITEM = re.compile(r"\[(?P<name>\w+) == (?P<value>\d+)")
+
+
+def parse_ibqueryerrors(text: str, port_guids: dict[str, str]) -> dict[tuple[str, int], dict]:
+    """``ibqueryerrors --counters`` (every port's data counters, extended where the port has
+    them) or ``ibqueryerrors --threshold-file ZEROS`` (every port with a non-zero error counter)
+    -> {(node GUID, port): {counter: value}}.
+
+    The port lines name a switch by its node GUID and a CA by its node GUID (data) or its port
+    GUID (errors): `port_guids` (from the discovery) turns a CA port's GUID into its node's.
+    Output without ibqueryerrors' closing summary is refused: the run did not finish.
+    """
+    if "## Summary:" not in text:
+        raise DiagsFormatError("ibqueryerrors: no summary (the run did not finish)")
+    samples: dict[tuple[str, int], dict] = {}
+    for raw in text.splitlines():
+        line = _QE_PORT.match(raw.strip())
+        if not line or line["port"] == "ALL":
+            continue
+        guid = normalise_guid(line["guid"])
+        values = samples.setdefault((port_guids.get(guid, guid), int(line["port"])), {})
+        for item in _QE_ITEM.finditer(line["items"]):
+            if item["name"] in COUNTERS:
+                values[COUNTERS[item["name"]]] = int(item["value"])
+    return samples

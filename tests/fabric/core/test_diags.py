@@ -96,3 +96,52 @@ def test_the_net_file_names_every_node_by_its_guid_and_every_cable_from_both_end
 def test_links_faster_than_ibsim_knows_are_simulated_as_edr():
     assert "4xEDR" in ibsim_netfile(fat_tree(4, 4, rate_gbps=400))
     assert "4xQDR" in ibsim_netfile(fat_tree(4, 4, rate_gbps=40))
+
+
+# ibqueryerrors, as it prints under ibsim: a switch's ports by its node GUID; a CA's by its node
+# GUID in the data listing and by its port GUID in the error listing.
+QUERYERRORS_DATA = """\
+Data Counters for 0xedc768b3fcc6a141 "node01 mlx5_0"
+   GUID 0xedc768b3fcc6a141 port 1: [PortXmitData == 1584 (6.188KB)] [PortRcvData == 1656 (6.469KB)] [PortXmitPkts == 22 (22.000)]
+Data Counters for 0xafae13cdc276c25b "leaf01"
+   GUID 0xafae13cdc276c25b port 3: [PortXmitData == 123456791892 (459.912GB)] [PortRcvData == 8640 (33.750KB)]
+
+## Summary: 8 nodes checked, 0 bad nodes found
+##          16 ports checked, 0 ports have errors beyond threshold
+"""
+QUERYERRORS_ERRORS = """\
+Errors for "node01 mlx5_0"
+   GUID 0xedc768b3fcc6a142 port 1: [PortRcvErrors == 3]
+Errors for 0xafae13cdc276c25b "leaf01"
+   GUID 0xafae13cdc276c25b port ALL: [SymbolErrorCounter == 1]
+   GUID 0xafae13cdc276c25b port 1: [SymbolErrorCounter == 1]
+
+## Summary: 8 nodes checked, 2 bad nodes found
+"""
+PORT_GUIDS = {"0xedc768b3fcc6a142": "0xedc768b3fcc6a141"}
+
+
+def test_ibqueryerrors_data_counters_are_read_per_node_and_port():
+    data = parse_ibqueryerrors(QUERYERRORS_DATA, PORT_GUIDS)
+
+    assert data[("0xafae13cdc276c25b", 3)] == {"xmit_data": 123456791892, "rcv_data": 8640}
+    assert data[("0xedc768b3fcc6a141", 1)]["xmit_data"] == 1584
+
+
+def test_ibqueryerrors_errors_of_a_ca_port_are_its_nodes_and_the_all_line_is_skipped():
+    errors = parse_ibqueryerrors(QUERYERRORS_ERRORS, PORT_GUIDS)
+
+    assert errors == {("0xedc768b3fcc6a141", 1): {"rcv_errors": 3},
+                      ("0xafae13cdc276c25b", 1): {"symbol_errors": 1}}
+
+
+def test_an_ibqueryerrors_run_cut_short_is_refused():
+    with pytest.raises(DiagsFormatError, match="summary"):
+        parse_ibqueryerrors(QUERYERRORS_ERRORS.split("##")[0], PORT_GUIDS)
+
+
+def test_the_discovery_maps_each_ca_port_guid_to_its_node():
+    discovery = parse_discovery(IBNETDISCOVER)
+
+    node01 = next(n.guid for n in discovery.nodes.values() if n.description == "node01 mlx5_0")
+    assert discovery.port_guids[f"0x{int(node01, 16) + 1:016x}"] == node01

@@ -101,7 +101,10 @@ def test_a_stopped_simulator_is_reported_unreachable_and_ibex_keeps_its_last_vie
     assert Link.objects.filter(state="active").count() == len(SPEC.links) - 1
 
 
-def test_counters_set_in_the_simulator_are_stored_with_the_sample_before(agent, simulated_fabric):
+@pytest.mark.parametrize("tool", ["perfquery", "ibqueryerrors"])
+def test_counters_set_in_the_simulator_are_stored_with_the_sample_before(
+        agent, simulated_fabric, tool):
+    agent.reader.counters_tool = tool
     agent.poll_once()
 
     simulated_fabric.console(f'PerformanceSet "leaf01"[{UPLINK.a_port}] '
@@ -118,6 +121,7 @@ def test_counters_set_in_the_simulator_are_stored_with_the_sample_before(agent, 
     assert 123456789012 <= row.xmit_data < 123456789012 + 1_000_000
     assert row.extended is True
     assert row.previous_symbol_errors == 0 and row.previous_sampled_at < row.sampled_at
+    assert PortCounters.objects.count() == 2 * len(SPEC.links)
 
 
 def test_a_poll_of_an_unchanged_fabric_sends_no_topology(agent, simulated_fabric, monkeypatch):
