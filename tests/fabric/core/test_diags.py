@@ -7,6 +7,7 @@ from fabric.core.diags import (
     link_key,
     merge_counters,
     parse_discovery,
+    parse_ibqueryerrors,
     parse_perfquery,
 )
 from fabric.core.fabric_report import topology_hash, topology_section
