@@ -1,6 +1,7 @@
 """One poll of the fabric agent on the largest fat tree ibsim holds, and the size of its report.
 
     python bench/fabric_poll_bench.py [--leaves 60] [--hosts-per-leaf 32] [--polls 3]
+                                      [--counters auto|perfquery|ibqueryerrors]
 
 Writes the fat tree (`fat_tree(leaves * hosts_per_leaf, radix=2 * hosts_per_leaf)`: 60 leaves of
 32 hosts under 32 spines, 1,920 hosts and 92 switches, 2,012 of ibsim's 2,048 nodes) as an ibsim
@@ -8,8 +9,10 @@ net file, starts ibsim and OpenSM (routing engine ftree) in a scratch directory,
 
 - OpenSM: start to SUBNET UP;
 - `ibnetdiscover` alone, and its parse;
-- one whole poll (`FabricReader.read`: ibnetdiscover, then perfquery and perfquery -x on every
-  node with a LID, four at a time), `--polls` times;
+- one whole poll (`FabricReader.read`: ibnetdiscover, then the counters of every cabled port:
+  `perfquery` and `perfquery -x` on every node with a LID, four at a time, or two runs of
+  `ibqueryerrors` over ibnetdiscover's cache; `auto` picks perfquery up to 256 nodes),
+  `--polls` times;
 - the report: JSON bytes with the topology (the first report, and after a change) and without
   it (every other poll), and gzip-compressed.
 
@@ -29,7 +32,7 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
-from agent.fabric_agent import FabricReader  # noqa: E402
+from agent.fabric_agent import COUNTER_TOOLS, FabricReader  # noqa: E402
 from fabric.core.diags import parse_discovery  # noqa: E402
 from fabric.core.generators import fat_tree  # noqa: E402
 from fabric.core.netfile import ibsim_netfile  # noqa: E402
@@ -41,6 +44,7 @@ def main():
     parser.add_argument("--leaves", type=int, default=60)
     parser.add_argument("--hosts-per-leaf", type=int, default=32)
     parser.add_argument("--polls", type=int, default=3)
+    parser.add_argument("--counters", choices=COUNTER_TOOLS, default="auto")
     args = parser.parse_args()
     spec = fat_tree(args.leaves * args.hosts_per_leaf, 2 * args.hosts_per_leaf, rate_gbps=100)
     print(f"fat tree: {len(spec.hosts)} hosts, {len(spec.switches)} switches, "
@@ -64,7 +68,7 @@ def main():
             print(f"ibnetdiscover: {discover_s:.2f} s ({len(text.splitlines())} lines); "
                   f"parse: {parse_s:.3f} s; {len(discovery.nodes)} nodes, "
                   f"{len(discovery.links)} cables")
-            reader = FabricReader(command_timeout_s=120, env=sim.env)
+            reader = FabricReader(command_timeout_s=120, env=sim.env, counters_tool=args.counters)
             times = []
             for _ in range(args.polls):
                 started = time.monotonic()
@@ -72,7 +76,8 @@ def main():
                 times.append(time.monotonic() - started)
                 if not report["reachable"]:
                     sys.exit(f"unreachable: {report['error']}")
-            print(f"one poll: median {statistics.median(times):.2f} s, worst {max(times):.2f} s "
+            print(f"one poll ({reader.tool_for(discovery)}): median "
+                  f"{statistics.median(times):.2f} s, worst {max(times):.2f} s "
                   f"({len(report['counters'])} ports' counters, "
                   f"{len(report.get('counter_errors', []))} nodes failed)")
             full = json.dumps({**report, **topology}).encode()
