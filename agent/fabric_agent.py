@@ -34,6 +34,7 @@ from fabric.core.diags import (
     merge_counters,
     parse_discovery,
     parse_ibqueryerrors,
+    parse_linkinfo,
     parse_perfquery,
 )
 from fabric.core.fabric_report import (
@@ -125,16 +126,29 @@ class FabricReader:
                 header.update(reachable=False, error=str(error)[:ERROR_LENGTH], topology_hash="",
                               poll_s=round(time.monotonic() - started, 3))
                 return header, None
+            states, state_error = self.read_port_states(discovery, cache)
             if self.tool_for(discovery) == "ibqueryerrors":
                 counters, failures = self.read_fabric_counters(discovery, cache)
             else:
                 counters, failures = self.read_counters(discovery)
-        section = topology_section(discovery)
+        section = topology_section(discovery, states)
         header.update(topology_hash=topology_hash(section), counters=counters,
                       poll_s=round(time.monotonic() - started, 3))
         if failures:
             header["counter_errors"] = failures[:20]
+        if state_error:
+            header["state_error"] = state_error
         return header, section
+
+    def read_port_states(self, discovery: Discovery, cache: Path) -> tuple[dict, str]:
+        """Each port's logical state from ``iblinkinfo`` over the discovery's cache (no MAD
+        sent); without it every cable ibnetdiscover crossed counts as active, and why is said."""
+        try:
+            text = self.run(["iblinkinfo", "--load-cache", str(cache), "-l"],
+                            self.command_timeout_s, self.env)
+        except DiagsFailed as error:
+            return {}, str(error)[:ERROR_LENGTH]
+        return parse_linkinfo(text, discovery.port_guids), ""
 
     def tool_for(self, discovery: Discovery) -> str:
         if self.counters_tool != "auto":

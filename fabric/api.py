@@ -211,6 +211,9 @@ class FabricReportSerializer(StrictSerializer):
     counters = ReportCountersSerializer(many=True, required=False, max_length=400_000)
     counter_errors = serializers.ListField(child=serializers.CharField(max_length=500),
                                            required=False, default=list, max_length=20)
+    state_error = serializers.CharField(max_length=500, allow_blank=True, required=False,
+                                        default="", help_text="why ports' logical states were "
+                                        "not read (every cable seen then counts as active)")
     subnet_manager = SubnetManagerSerializer(required=False)
 
     def validate(self, data):

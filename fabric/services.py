@@ -226,6 +226,7 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
         answer["counters"] = _store_counters(fabric, report.get("counters", []), observed_at)
         summary["counters"] = answer["counters"]
         summary["counter_errors"] = report.get("counter_errors", [])[:20]
+        summary["state_error"] = report.get("state_error", "")
         summary["poll_s"] = report.get("poll_s")
     states = dict(Link.objects.filter(fabric=fabric).values_list("state")
                   .annotate(count=Count("id")).order_by())

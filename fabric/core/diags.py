@@ -213,3 +213,34 @@ def parse_ibqueryerrors(text: str, port_guids: dict[str, str]) -> dict[tuple[str
             if item["name"] in COUNTERS:
                 values[COUNTERS[item["name"]]] = int(item["value"])
     return samples
+
+
+# iblinkinfo's port states -> IBEX's link states (fabric.models.Link.State)
+PORT_STATES = {"Active": "active", "Initialize": "init", "Armed": "armed", "Down": "down"}
+_STATE_RANK = {"down": 0, "polling": 1, "init": 2, "armed": 3, "active": 4}
+_LINKINFO = re.compile(
+    r'^(?P<guid>0x[0-9a-fA-F]+)\s+"[^"]*"\s+\d+\s+(?P<port>\d+)\[[^\]]*\]\s+==\(.*?'
+    r"(?P<state>Active|Initialize|Armed|Down)/\s*(?P<phys>\w+)\)==>"
+)
+
+
+def parse_linkinfo(text: str, port_guids: dict[str, str]) -> dict[tuple[str, int], str]:
+    """``iblinkinfo --load-cache FILE -l`` (one line per port, read from ibnetdiscover's cache
+    without a MAD sent) -> {(node GUID, port): link state}. A CA's port is named by its port
+    GUID there; `port_guids` turns it into its node's."""
+    states: dict[tuple[str, int], str] = {}
+    for raw in text.splitlines():
+        line = _LINKINFO.match(raw.strip())
+        if line:
+            guid = normalise_guid(line["guid"])
+            states[(port_guids.get(guid, guid), int(line["port"]))] = PORT_STATES[line["state"]]
+    return states
+
+
+def link_state(states: dict[tuple[str, int], str], link: LiveLink) -> str:
+    """A cable is as up as its less-up end (`init` while the subnet manager has not yet made
+    both ends active); an end iblinkinfo did not list counts as active (ibnetdiscover crossed
+    the cable, so it is physically up)."""
+    ends = [states.get((link.a_guid, link.a_port), "active"),
+            states.get((link.b_guid, link.b_port), "active")]
+    return min(ends, key=_STATE_RANK.__getitem__)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 
-from fabric.core.diags import COUNTER_FIELDS, Discovery
+from fabric.core.diags import COUNTER_FIELDS, Discovery, link_state
 
 REPORT_VERSION = 1
 
 
-def topology_section(discovery: Discovery) -> dict:
-    """The ``nodes`` and ``links`` of a report, in a stable order."""
+def topology_section(discovery: Discovery, states: dict | None = None) -> dict:
+    """The ``nodes`` and ``links`` of a report, in a stable order; each link's state from the
+    ports' `states` (`fabric.core.diags.parse_linkinfo`), `active` where none is known."""
     nodes = [
         {"guid": node.guid, "kind": node.kind, "ports": node.ports,
          "description": node.description, "lid": node.lid}
@@ -32,7 +33,8 @@ def topology_section(discovery: Discovery) -> dict:
     links = [
         {"a": {"guid": link.a_guid, "port": link.a_port},
          "b": {"guid": link.b_guid, "port": link.b_port},
-         "state": "active", "rate_gbps": link.rate_gbps, "width": link.width or ""}
+         "state": link_state(states or {}, link), "rate_gbps": link.rate_gbps,
+         "width": link.width or ""}
         for link in discovery.links
     ]
     return {"nodes": nodes, "links": links}

@@ -4,10 +4,13 @@ import pytest
 
 from fabric.core.diags import (
     DiagsFormatError,
+    LiveLink,
     link_key,
+    link_state,
     merge_counters,
     parse_discovery,
     parse_ibqueryerrors,
+    parse_linkinfo,
     parse_perfquery,
 )
 from fabric.core.fabric_report import topology_hash, topology_section
@@ -146,3 +149,26 @@ def test_the_discovery_maps_each_ca_port_guid_to_its_node():
 
     node01 = next(n.guid for n in discovery.nodes.values() if n.description == "node01 mlx5_0")
     assert discovery.port_guids[f"0x{int(node01, 16) + 1:016x}"] == node01
+
+
+LINKINFO = """\
+0xedc768b3fcc6a142 "                 node01 mlx5_0"      4    1[  ] ==( 4X      25.78125 Gbps Active/  LinkUp)==>  0xafae13cdc276c25b      1    1[  ] "leaf01" (Could be 12X Could be 53.125 Gbps)
+0xafae13cdc276c25b "                        leaf01"      1    3[  ] ==( 4X      25.78125 Gbps Initialize/  LinkUp)==>  0x0c2ddf5aea40842d      3    1[  ] "spine01" (Could be 12X Could be 53.125 Gbps)
+0x0c2ddf5aea40842d "                       spine01"      3    1[  ] ==( 4X      25.78125 Gbps Active/  LinkUp)==>  0xafae13cdc276c25b      1    3[  ] "leaf01" ( )
+"""
+
+
+def test_iblinkinfo_gives_each_port_its_logical_state_by_node_guid():
+    states = parse_linkinfo(LINKINFO, PORT_GUIDS)
+
+    assert states == {("0xedc768b3fcc6a141", 1): "active", ("0xafae13cdc276c25b", 3): "init",
+                      ("0x0c2ddf5aea40842d", 1): "active"}
+
+
+def test_a_cable_is_as_up_as_its_less_up_end():
+    states = parse_linkinfo(LINKINFO, PORT_GUIDS)
+    uplink = LiveLink("0x0c2ddf5aea40842d", 1, "0xafae13cdc276c25b", 3, 100.0, "4x")
+    unknown = LiveLink("0x0000000000000001", 1, "0x0000000000000002", 1, 100.0, "4x")
+
+    assert link_state(states, uplink) == "init"
+    assert link_state(states, unknown) == "active"

@@ -1,5 +1,5 @@
-"""The `simulated_fabric` fixture: a small fat tree (8 leaves of 4 hosts... see SPEC) simulated by
-ibsim under a real OpenSM, the same spec imported into IBEX, and a fabric agent pointed at both.
+"""The `simulated_fabric` fixture: a small fat tree (SPEC) simulated by ibsim under a real OpenSM,
+every cable Active before the test starts.
 
 The tests fail, saying what to install, where ibsim, OpenSM or infiniband-diags is missing
 (`.ci/run` installs them): a skipped test would hide that the live fabric went untested.
@@ -23,6 +23,8 @@ def simulated_fabric(tmp_path):
         pytest.fail(f"the live fabric tests need {', '.join(missing)}: apt-get install {PACKAGES}")
     fabric = SimulatedFabric(tmp_path, ibsim_netfile(SPEC))
     try:
-        yield fabric.start()
+        fabric.start()
+        fabric.wait_until_every_cable_is_active()
+        yield fabric
     finally:
         fabric.stop()

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
-PROGRAMS = ("ibsim", "opensm", "ibnetdiscover", "perfquery")
+PROGRAMS = ("ibsim", "opensm", "ibnetdiscover", "perfquery", "iblinkinfo", "ibqueryerrors")
 PACKAGES = "opensm infiniband-diags ibsim-utils libumad2sim0"
 START_TIMEOUT_S = 30.0
 PROMPT = "sim> "
@@ -113,6 +113,17 @@ class SimulatedFabric:
         self._wait_for(lambda: self._ibsim_output().count(PROMPT) > before.count(PROMPT),
                        f"ibsim to take {command!r}", timeout)
         return self._ibsim_output()[len(before):]
+
+    def wait_until_every_cable_is_active(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Until OpenSM has brought every cabled port to Active (a relinked cable is Init until
+        its next sweep)."""
+        def all_active() -> bool:
+            out = subprocess.run(["iblinkinfo", "-l"], env=self.env, capture_output=True,
+                                 text=True, timeout=timeout).stdout
+            linked = [line for line in out.splitlines() if "LinkUp)==>" in line]
+            return bool(linked) and all("Active/" in line for line in linked)
+
+        self._wait_for(all_active, "every cable Active", timeout)
 
     def stop_opensm(self) -> None:
         self.opensm = _stop(self.opensm)

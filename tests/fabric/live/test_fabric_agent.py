@@ -63,6 +63,7 @@ def test_an_unlinked_uplink_is_down_after_the_next_poll_and_active_after_relink(
     simulated_fabric.console(f'Unlink "leaf01"[{UPLINK.a_port}]')
     down = agent.poll_once()
     simulated_fabric.console(f'ReLink "leaf01"[{UPLINK.a_port}]')
+    simulated_fabric.wait_until_every_cable_is_active()  # OpenSM's next sweep
     up = agent.poll_once()
 
     assert down["links"]["down"] == 1
@@ -71,6 +72,20 @@ def test_an_unlinked_uplink_is_down_after_the_next_poll_and_active_after_relink(
     assert list(LinkStateChange.objects.order_by("at").values_list("to_state", flat=True)) == [
         "down", "active"]
     assert link_state(UPLINK) == "active"
+
+
+def test_a_relinked_cable_is_init_until_the_subnet_manager_activates_it(
+        agent, simulated_fabric):
+    agent.poll_once()
+    simulated_fabric.stop_opensm()
+
+    simulated_fabric.console(f'Unlink "leaf01"[{UPLINK.a_port}]')
+    simulated_fabric.console(f'ReLink "leaf01"[{UPLINK.a_port}]')
+    answer = agent.poll_once()
+
+    assert answer["links"]["init"] == 1 and answer["links"]["down"] == 0
+    assert link_state(UPLINK) == "init"
+    assert [(change["from"], change["to"]) for change in answer["changed"]] == [("active", "init")]
 
 
 def test_a_host_whose_only_cable_is_unlinked_has_that_cable_down(agent, simulated_fabric):
