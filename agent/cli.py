@@ -1,4 +1,4 @@
-"""The `ibex-agent` command line: register, run, simulate, slurm.
+"""The `ibex-agent` command line: register, run, simulate, slurm, fabric.
 
 Expected failures print one line, `ibex-agent: <what went wrong>`, and exit 1; bad arguments
 exit 2; SIGINT/SIGTERM stop cleanly with exit 0.
@@ -17,6 +17,14 @@ from pathlib import Path
 from agent import __version__, sysinfo
 from agent.client import ApiClient
 from agent.errors import AgentError
+from agent.fabric_agent import (
+    COUNTER_TOOLS,
+    DEFAULT_COMMAND_TIMEOUT_S,
+    DEFAULT_INTERVAL_S,
+    PERFQUERY_MAX_NODES,
+    FabricAgent,
+    FabricAgentOptions,
+)
 from agent.fleet import Fleet, FleetOptions
 from agent.heartbeat import GpuSample
 from agent.ibports import ports_payload, read_ib_ports
@@ -125,6 +133,31 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--duration", type=_positive_float, default=None, help="stop after S seconds")
     _add_common_arguments(slurm)
     slurm.set_defaults(handler=command_slurm, parser=slurm)
+
+    fabric = commands.add_parser(
+        "fabric", help="the fabric agent beside the subnet manager: read the fabric with "
+                       "infiniband-diags every interval and report it (docs/fabric.md)")
+    fabric.add_argument("--server", required=True, help="the IBEX server, e.g. https://ibex.example.org")
+    token_from_env = os.environ.get("IBEX_API_KEY")
+    fabric.add_argument("--token", required=not token_from_env, default=token_from_env,
+                        help="the provider's API key, scope 'provide' (default: $IBEX_API_KEY)")
+    fabric.add_argument("--fabric", required=True, help="the fabric's name in IBEX")
+    fabric.add_argument("--interval", type=_positive_float, default=DEFAULT_INTERVAL_S,
+                        help=f"seconds between polls (default: {DEFAULT_INTERVAL_S:g})")
+    fabric.add_argument("--opensm-conf-dir", type=Path, default=None,
+                        help="the directory of the opensm.conf OpenSM runs with")
+    fabric.add_argument("--opensm-pid-file", type=Path, default=None,
+                        help="OpenSM's pid file: reported as whether the subnet manager runs")
+    fabric.add_argument("--command-timeout", type=_positive_float, default=DEFAULT_COMMAND_TIMEOUT_S,
+                        help="seconds a diagnostic may take before the fabric counts as "
+                             f"unreachable (default: {DEFAULT_COMMAND_TIMEOUT_S:g})")
+    fabric.add_argument("--counters", choices=COUNTER_TOOLS, default="auto",
+                        help="how port counters are read: perfquery (two runs per node), "
+                             "ibqueryerrors (two runs for the whole fabric), or auto: perfquery "
+                             f"up to {PERFQUERY_MAX_NODES} nodes (default: auto)")
+    fabric.add_argument("--once", action="store_true", help="poll and report once, then exit")
+    _add_common_arguments(fabric)
+    fabric.set_defaults(handler=command_fabric, parser=fabric)
     return parser
 
 
@@ -379,4 +412,25 @@ def command_slurm(args: argparse.Namespace) -> int:
         interval_s=args.interval, timeout_s=args.timeout, gpu_models=mapping), stop=stop)
     stop_on_signals(stop)
     gateway.run(duration_s=args.duration)
+    return 0
+
+
+# fabric
+
+def command_fabric(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    agent = FabricAgent(FabricAgentOptions(
+        server=args.server, token=args.token, fabric=args.fabric, interval_s=args.interval,
+        opensm_conf_dir=args.opensm_conf_dir, opensm_pid_file=args.opensm_pid_file,
+        timeout_s=args.timeout, command_timeout_s=args.command_timeout,
+        counters_tool=args.counters), stop=stop)
+    if args.once:
+        answer = agent.poll_once()
+        links = answer.get("links", {})
+        print(f"{args.fabric}: {'reachable' if answer.get('reachable') else 'unreachable'}; "
+              f"links {links.get('active', 0)} active, {links.get('down', 0)} down")
+        return 0
+    stop_on_signals(stop)
+    log.info("%s: reporting to %s every %g s", args.fabric, args.server, args.interval)
+    agent.run_forever()
     return 0

@@ -7,7 +7,7 @@ Failures come back as three kinds of AgentError, because callers treat them diff
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from urllib.parse import urljoin
+from urllib.parse import quote, urljoin
 
 import requests
 
@@ -111,6 +111,11 @@ class ApiClient:
     def gateway_heartbeat(self, key: str, body: dict) -> dict:
         """A fabric gateway's report of all its nodes; answered with the reservations to hold."""
         return self._call("POST", "/api/v1/gateway/heartbeat/", _bearer(key), body)
+
+    def fabric_report(self, key: str, fabric: str, body: dict) -> dict:
+        """The fabric agent's report of what it saw; answered with what the server holds."""
+        return self._call("POST", f"/api/v1/fabrics/{quote(fabric, safe='')}/reports/",
+                          _bearer(key), body)
 
     # node-token call
 

@@ -1,14 +1,17 @@
 from django.contrib import admin
 
-from fabric.models import Fabric, Hca, Host, Link, Port, Switch
+from fabric.models import Fabric, Hca, Host, Link, LinkStateChange, Port, PortCounters, Switch
 
 
 @admin.register(Fabric)
 class FabricAdmin(admin.ModelAdmin):
-    list_display = ["name", "owner", "kind", "link_rate_gbps", "source", "updated_at"]
+    list_display = ["name", "owner", "kind", "link_rate_gbps", "source", "agent_reachable",
+                    "agent_seen_at", "updated_at"]
     list_filter = ["kind", "source", "owner"]
     search_fields = ["name", "owner__slug"]
-    readonly_fields = ["summary", "created_at", "updated_at"]
+    readonly_fields = ["summary", "agent_seen_at", "agent_reachable", "agent_error",
+                       "live_seen_at", "live_topology_hash", "live_summary", "created_at",
+                       "updated_at"]
 
 
 @admin.register(Switch)
@@ -45,7 +48,39 @@ class PortInline(admin.TabularInline):
 
 @admin.register(Link)
 class LinkAdmin(admin.ModelAdmin):
-    list_display = ["id", "fabric", "rate_gbps", "width", "state"]
+    list_display = ["id", "fabric", "rate_gbps", "width", "state", "state_changed_at"]
     list_filter = ["state", "rate_gbps", "width", "fabric"]
     search_fields = ["ends__device_guid"]
     inlines = [PortInline]
+
+
+@admin.register(LinkStateChange)
+class LinkStateChangeAdmin(admin.ModelAdmin):
+    """The cables' history as the fabric agent saw it: read-only."""
+
+    list_display = ["at", "fabric", "link", "from_state", "to_state"]
+    list_filter = ["to_state", "fabric"]
+    list_select_related = ["fabric", "link"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(PortCounters)
+class PortCountersAdmin(admin.ModelAdmin):
+    """Each port's latest counters and the sample before: read-only, written by the agent."""
+
+    list_display = ["port", "fabric", "sampled_at", "xmit_data", "rcv_data", "symbol_errors",
+                    "link_downed", "rcv_errors", "xmit_discards"]
+    list_filter = ["fabric"]
+    search_fields = ["port__device_guid"]
+    list_select_related = ["fabric", "port"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

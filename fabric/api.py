@@ -1,4 +1,5 @@
-"""REST API for fabrics: list and summary, import from a file, export to Slurm topology.conf."""
+"""REST API for fabrics: list and summary, import from a file, export to Slurm topology.conf, and
+the fabric agent's reports of the live fabric."""
 
 from django.db.models import Q, QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -8,10 +9,14 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from fabric import services
-from fabric.models import Fabric
+from fabric.core.fabric_report import REPORT_VERSION
+from fabric.core.spec import normalise_guid
+from fabric.models import Fabric, Link
 from fabric.selectors import EXPORT_FORMATS, export_topology_conf
+from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, organization_of
 
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
@@ -30,7 +35,9 @@ class FabricSerializer(serializers.ModelSerializer):
     class Meta:
         model = Fabric
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
-                  "gateway", "gateway_status", "gateway_seen_at", "created_at", "updated_at"]
+                  "gateway", "gateway_status", "gateway_seen_at", "agent_seen_at",
+                  "agent_reachable", "agent_error", "live_seen_at", "live_summary",
+                  "created_at", "updated_at"]
         read_only_fields = fields
 
     def to_representation(self, fabric):
@@ -123,3 +130,143 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         if fmt not in EXPORT_FORMATS:
             raise ValidationError({"format": [f"use one of {', '.join(EXPORT_FORMATS)}"]})
         return Response(export_topology_conf(fabric, fmt), content_type="text/plain")
+
+
+# --- the fabric agent's reports -----------------------------------------------------------------
+
+MAX_COUNTER = 2**63 - 1  # perfquery's 64-bit counters, as PostgreSQL's bigint holds them
+
+
+class GuidField(serializers.CharField):
+    """A node GUID as ibnetdiscover prints it, normalised as the importer stores it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=40, **kwargs)
+
+    def to_internal_value(self, data):
+        text = super().to_internal_value(data)
+        try:
+            guid = normalise_guid(text)
+        except ValueError:
+            raise serializers.ValidationError("not a GUID (hex digits, 0x...)") from None
+        if len(guid) > 18:
+            raise serializers.ValidationError("longer than 64 bits")
+        return guid
+
+
+class LinkEndSerializer(StrictSerializer):
+    guid = GuidField()
+    port = serializers.IntegerField(min_value=0, max_value=255)
+
+
+class ReportNodeSerializer(StrictSerializer):
+    guid = GuidField()
+    kind = serializers.ChoiceField(choices=["switch", "ca", "router"])
+    ports = serializers.IntegerField(min_value=1, max_value=255)
+    description = serializers.CharField(max_length=200, allow_blank=True, default="")
+    lid = serializers.IntegerField(min_value=0, max_value=0xFFFF, default=0)
+
+
+class ReportLinkSerializer(StrictSerializer):
+    a = LinkEndSerializer()
+    b = LinkEndSerializer()
+    state = serializers.ChoiceField(choices=Link.State.choices)
+    rate_gbps = serializers.FloatField(min_value=0, max_value=100_000, allow_null=True,
+                                       required=False, default=None)
+    width = serializers.CharField(max_length=4, allow_blank=True, required=False, default="")
+
+
+class ReportCountersSerializer(StrictSerializer):
+    guid = GuidField()
+    port = serializers.IntegerField(min_value=0, max_value=255)
+    extended = serializers.BooleanField(default=False,
+                                        help_text="data counters are perfquery -x's 64-bit ones")
+    xmit_data = serializers.IntegerField(min_value=0, max_value=MAX_COUNTER,
+                                         help_text="PortXmitData, 4-byte words")
+    rcv_data = serializers.IntegerField(min_value=0, max_value=MAX_COUNTER,
+                                        help_text="PortRcvData, 4-byte words")
+    symbol_errors = serializers.IntegerField(min_value=0, max_value=MAX_COUNTER)
+    link_downed = serializers.IntegerField(min_value=0, max_value=MAX_COUNTER)
+    rcv_errors = serializers.IntegerField(min_value=0, max_value=MAX_COUNTER)
+    xmit_discards = serializers.IntegerField(min_value=0, max_value=MAX_COUNTER)
+
+
+class SubnetManagerSerializer(StrictSerializer):
+    conf_dir = serializers.CharField(max_length=500, allow_blank=True, default="")
+    running = serializers.BooleanField(required=False, allow_null=True, default=None)
+    pid = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+
+
+class FabricReportSerializer(StrictSerializer):
+    """One poll of `ibex-agent fabric` (docs/fabric.md): version 1."""
+
+    version = serializers.ChoiceField(choices=[REPORT_VERSION])
+    observed_at = serializers.DateTimeField(help_text="when the poll started (the agent's clock)")
+    reachable = serializers.BooleanField(help_text="false: the agent could not read the fabric")
+    error = serializers.CharField(max_length=500, allow_blank=True, default="")
+    poll_s = serializers.FloatField(min_value=0, required=False, default=None)
+    topology_hash = serializers.CharField(max_length=80, allow_blank=True, default="")
+    nodes = ReportNodeSerializer(many=True, required=False, max_length=50_000)
+    links = ReportLinkSerializer(many=True, required=False, max_length=200_000)
+    counters = ReportCountersSerializer(many=True, required=False, max_length=400_000)
+    counter_errors = serializers.ListField(child=serializers.CharField(max_length=500),
+                                           required=False, default=list, max_length=20)
+    state_error = serializers.CharField(max_length=500, allow_blank=True, required=False,
+                                        default="", help_text="why ports' logical states were "
+                                        "not read (every cable seen then counts as active)")
+    subnet_manager = SubnetManagerSerializer(required=False)
+
+    def validate(self, data):
+        if not data["reachable"]:
+            for name in ("nodes", "links", "counters"):
+                if name in data:
+                    raise ValidationError({name: ["an unreachable poll carries no readings"]})
+            if not data["error"]:
+                raise ValidationError({"error": ["say why the fabric was not reachable"]})
+            return data
+        if not data["topology_hash"]:
+            raise ValidationError({"topology_hash": ["required when the fabric was reachable"]})
+        if ("links" in data) != ("nodes" in data):
+            raise ValidationError({"links" if "nodes" in data else "nodes":
+                                   ["nodes and links come together (the topology)"]})
+        seen: set = set()
+        for index, link in enumerate(data.get("links", [])):
+            ends = ((link["a"]["guid"], link["a"]["port"]), (link["b"]["guid"], link["b"]["port"]))
+            if ends[0] == ends[1] or ends[0] in seen or ends[1] in seen:
+                raise ValidationError({f"links.{index}": ["a port is on one link only"]})
+            seen.update(ends)
+        return data
+
+
+class FabricReportAnswerSerializer(serializers.Serializer):
+    fabric = serializers.CharField()
+    reachable = serializers.BooleanField()
+    topology_hash = serializers.CharField(help_text="the topology IBEX holds: send yours when "
+                                                    "it differs")
+    links = serializers.DictField(child=serializers.IntegerField(), help_text="links per state")
+    changed = serializers.ListField(child=serializers.DictField(),
+                                    help_text="links whose state this report changed")
+    unmatched_links = serializers.IntegerField(help_text="cables up that IBEX does not know")
+    partial_view = serializers.BooleanField(
+        help_text="the last topology held fewer than half the known links: those it did not "
+                  "reach kept their state")
+    counters = serializers.DictField(child=serializers.IntegerField())
+
+
+class FabricReportView(APIView):
+    """`ibex-agent fabric` reports what it read of the live fabric; IBEX's fabric follows."""
+
+    permission_classes = [ReadOrProvide]
+
+    @extend_schema(request=FabricReportSerializer, responses=FabricReportAnswerSerializer,
+                   summary="The fabric agent reports the live fabric: links, states, counters",
+                   operation_id="fabrics_reports_create")
+    def post(self, request, name):
+        provider = organization_of(request)
+        if not provider.is_provider:
+            raise PermissionDenied("Only providers run fabric agents.")
+        form = FabricReportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        answer = services.record_fabric_report(provider=provider, fabric_name=name,
+                                               report=form.validated_data)
+        return Response(FabricReportAnswerSerializer(answer).data)

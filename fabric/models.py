@@ -41,6 +41,22 @@ class Fabric(models.Model):
     gateway_status = models.CharField(max_length=300, blank=True,
                                       help_text='"ok", or what is wrong, e.g. "slurm unreachable: ..."')
     gateway_seen_at = models.DateTimeField(null=True, blank=True)
+    # The fabric agent (`ibex-agent fabric`, beside the subnet manager) reads the live fabric
+    # every interval: when it last reported, whether that poll reached the fabric, and what IBEX
+    # then knew of the fabric itself (docs/fabric.md).
+    agent_seen_at = models.DateTimeField(null=True, blank=True,
+                                         help_text="when the fabric agent last reported")
+    agent_reachable = models.BooleanField(null=True, blank=True,
+                                          help_text="whether its last poll reached the fabric")
+    agent_error = models.CharField(max_length=500, blank=True,
+                                   help_text="why its last poll did not reach the fabric")
+    live_seen_at = models.DateTimeField(null=True, blank=True,
+                                        help_text="when the agent last read the fabric (its clock)")
+    live_topology_hash = models.CharField(max_length=80, blank=True,
+                                          help_text="the hash of the topology IBEX last took")
+    live_summary = models.JSONField(default=dict, blank=True,
+                                    help_text="links per state, cables IBEX does not know, "
+                                              "counters stored, the subnet manager")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -129,9 +145,28 @@ class Link(models.Model):
     rate_gbps = models.DecimalField(max_digits=7, decimal_places=1, null=True, blank=True)
     width = models.CharField(max_length=4, blank=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
+    state_changed_at = models.DateTimeField(null=True, blank=True,
+                                            help_text="when the fabric agent saw the state change")
 
     def __str__(self):
         return f"link {self.pk} ({self.rate_gbps} Gb/s)"
+
+
+class LinkStateChange(models.Model):
+    """A link's state as the fabric agent saw it change: the history of a cable (a Flip)."""
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="link_changes")
+    link = models.ForeignKey(Link, on_delete=models.CASCADE, related_name="changes")
+    at = models.DateTimeField(help_text="the poll that saw it (the agent's clock)")
+    from_state = models.CharField(max_length=10, choices=Link.State.choices)
+    to_state = models.CharField(max_length=10, choices=Link.State.choices)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["fabric", "-at"])]
+
+    def __str__(self):
+        return f"link {self.link_id}: {self.from_state} -> {self.to_state} at {self.at}"
 
 
 class Port(models.Model):
@@ -172,3 +207,49 @@ class Port(models.Model):
 
     def __str__(self):
         return f"{self.device_guid}[{self.number}]"
+
+
+COUNTER_NAMES = ("xmit_data", "rcv_data", "symbol_errors", "link_downed", "rcv_errors",
+                 "xmit_discards")
+
+
+class PortCounters(models.Model):
+    """A port's latest perfquery counters and the sample before them, so that a rate is the
+    difference over the time between the two. Data counters count 4-byte words; `extended`
+    says they are perfquery -x's 64-bit ones (the basic ones are 32-bit and saturate)."""
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="port_counters")
+    port = models.OneToOneField(Port, on_delete=models.CASCADE, related_name="counters")
+    sampled_at = models.DateTimeField(help_text="the poll that read them (the agent's clock)")
+    extended = models.BooleanField(default=False)
+    xmit_data = models.BigIntegerField()
+    rcv_data = models.BigIntegerField()
+    symbol_errors = models.BigIntegerField()
+    link_downed = models.BigIntegerField()
+    rcv_errors = models.BigIntegerField()
+    xmit_discards = models.BigIntegerField()
+    previous_sampled_at = models.DateTimeField(null=True, blank=True)
+    previous_xmit_data = models.BigIntegerField(null=True, blank=True)
+    previous_rcv_data = models.BigIntegerField(null=True, blank=True)
+    previous_symbol_errors = models.BigIntegerField(null=True, blank=True)
+    previous_link_downed = models.BigIntegerField(null=True, blank=True)
+    previous_rcv_errors = models.BigIntegerField(null=True, blank=True)
+    previous_xmit_discards = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "port counters"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(xmit_data__gte=0, rcv_data__gte=0, symbol_errors__gte=0,
+                            link_downed__gte=0, rcv_errors__gte=0, xmit_discards__gte=0),
+                name="port_counters_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(previous_sampled_at__isnull=True)
+                | Q(previous_sampled_at__lt=models.F("sampled_at")),
+                name="port_counters_previous_sample_earlier",
+            ),
+        ]
+
+    def __str__(self):
+        return f"counters of {self.port}"

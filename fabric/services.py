@@ -1,4 +1,5 @@
-"""Every change to fabrics goes through here: import (files or generators) and deletion.
+"""Every change to fabrics goes through here: import (files or generators), deletion, and the
+fabric agent's reports of the live fabric.
 
 An import is one transaction: the file is parsed and checked in full before anything is
 written, and re-importing a fabric updates its switches and hosts in place (by GUID and by
@@ -7,19 +8,33 @@ host name), so nodes registered on its hosts keep pointing at them.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
 
+from fabric.core.diags import link_key
 from fabric.core.errors import FabricFormatError
 from fabric.core.ibnetdiscover import parse_ibnetdiscover
 from fabric.core.levels import analyse, summarise
 from fabric.core.slurm import parse_slurm_topology
 from fabric.core.spec import FabricSpec
 from fabric.core.topology import bandwidth_inputs
-from fabric.models import Fabric, Hca, Host, Link, Port, Switch
+from fabric.models import (
+    COUNTER_NAMES,
+    Fabric,
+    Hca,
+    Host,
+    Link,
+    LinkStateChange,
+    Port,
+    PortCounters,
+    Switch,
+)
 from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
 from ibex.errors import Refusal
@@ -85,6 +100,8 @@ def save_fabric(*, owner: Organization, name: str, spec: FabricSpec, source: str
         "kind": kind, "source": source, "summary": summary,
         "link_rate_gbps": _decimal(rates.most_common(1)[0][0]) if rates else None,
         "torus_dims": list(spec.torus_dims) if spec.torus_dims else None,
+        # links are rebuilt below: the fabric agent's next report sends its topology again
+        "live_topology_hash": "",
     }
     if created:
         fabric = Fabric.objects.create(owner=owner, name=name, **values)
@@ -153,3 +170,166 @@ def _save_ports_and_links(fabric: Fabric, spec: FabricSpec, host_ids: dict[str, 
                 number=number, device_guid=guid, link=row, link_end=end,
             ))
     Port.objects.bulk_create(ports, batch_size=BATCH)
+
+
+# --- the fabric agent's reports ---------------------------------------------------------------
+
+CHANGES_NAMED = 50  # link changes named one by one in the answer and the summary
+UNMATCHED_NAMED = 20
+MIN_SEEN_SHARE = 0.5  # a snapshot with fewer of the known links is a partial view
+
+
+class FabricReportRefused(Refusal):
+    """A fabric agent's report that IBEX does not take; nothing has changed."""
+
+    field = "fabric"
+
+
+@transaction.atomic
+def record_fabric_report(*, provider: Organization, fabric_name: str, report: dict,
+                         now: datetime | None = None) -> dict:
+    """Take one poll of the fabric agent (`fabric.core.fabric_report`, validated by the API):
+    its links' states and rates, its ports' counters, and whether it reached the fabric at all.
+
+    An unreachable poll changes nothing but the agent's status: IBEX keeps its last view. A
+    reachable one with a topology sets every known link it lists to the state it reports and
+    every known link it does not list to `down`. Reports of one fabric are taken one at a time
+    (the fabric's row is locked) and a report older than the view IBEX holds changes no link.
+    """
+    now = now or timezone.now()
+    fabric = Fabric.objects.select_for_update().filter(name=fabric_name).first()
+    if fabric is None or fabric.owner_id != provider.id:
+        # another provider's fabric is as unknown as a missing one: nothing to learn from a 404
+        raise FabricReportRefused(f"you have no fabric {fabric_name!r}: import it first",
+                                  code="not_found")
+    updates: dict = {"agent_seen_at": now, "agent_reachable": report["reachable"],
+                     "agent_error": report.get("error", "")[:500]}
+    summary = dict(fabric.live_summary or {})
+    if report.get("subnet_manager") is not None:
+        summary["subnet_manager"] = report["subnet_manager"]
+    answer: dict = {"fabric": fabric.name, "reachable": report["reachable"], "changed": [],
+                    "unmatched_links": summary.get("unmatched_links", 0),
+                    "counters": {"stored": 0, "unmatched": 0}}
+    if report["reachable"]:
+        observed_at = report["observed_at"]
+        fresh = fabric.live_seen_at is None or observed_at > fabric.live_seen_at
+        if fresh and "links" in report:
+            changed, unmatched, partial = _follow_links(fabric, report["links"], observed_at)
+            updates["live_topology_hash"] = report["topology_hash"]
+            summary["unmatched_links"] = len(unmatched)
+            summary["unmatched_sample"] = unmatched[:UNMATCHED_NAMED]
+            summary["partial_view"] = partial
+            answer.update(changed=changed, unmatched_links=len(unmatched))
+            fabric.live_topology_hash = report["topology_hash"]
+        if fresh:
+            updates["live_seen_at"] = observed_at
+        answer["counters"] = _store_counters(fabric, report.get("counters", []), observed_at)
+        summary["counters"] = answer["counters"]
+        summary["counter_errors"] = report.get("counter_errors", [])[:20]
+        summary["state_error"] = report.get("state_error", "")
+        summary["poll_s"] = report.get("poll_s")
+    states = dict(Link.objects.filter(fabric=fabric).values_list("state")
+                  .annotate(count=Count("id")).order_by())
+    summary["links"] = {state: states.get(state, 0) for state in Link.State.values}
+    updates["live_summary"] = summary
+    Fabric.objects.filter(pk=fabric.pk).update(**updates)
+    answer.update(topology_hash=fabric.live_topology_hash, links=summary["links"],
+                  partial_view=summary.get("partial_view", False))
+    return answer
+
+
+def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime):
+    """Set each known link to what the agent saw: its state and rate, or `down` when it is not
+    in the snapshot. The changes (named for people), the cables IBEX does not know, and whether
+    the snapshot was a partial view.
+
+    A snapshot that holds fewer than `MIN_SEEN_SHARE` of the known links is a partial view, not
+    a fabric mostly down: the agent's own uplinks cut (it sees its leaf and no further), or a
+    fabric imported from a file whose GUIDs are not the live ones (a Slurm topology.conf). The
+    links it sees are taken; those it does not see keep their state."""
+    ends: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for link_id, guid, number in Port.objects.filter(fabric=fabric, link__isnull=False) \
+            .order_by("link_id", "link_end").values_list("link_id", "device_guid", "number"):
+        ends[link_id].append((guid, number))  # the A end (the HCA, or the lower tier) first
+    known = {link_key(*pair[0], *pair[1]): link_id for link_id, pair in ends.items()
+             if len(pair) == 2}
+    live = {link_key(item["a"]["guid"], item["a"]["port"], item["b"]["guid"], item["b"]["port"]):
+            item for item in live_links}
+    links = Link.objects.filter(fabric=fabric).in_bulk(list(known.values()))
+    partial = sum(key in live for key in known) < len(known) * MIN_SEEN_SHARE
+    updated, history, changed = [], [], []
+    names = None
+    for key, link_id in known.items():
+        link, seen = links[link_id], live.get(key)
+        if seen is None and partial:
+            continue  # a partial view says nothing of the cables it does not reach
+        state = seen["state"] if seen else Link.State.DOWN
+        rate = _decimal(seen.get("rate_gbps")) if seen else None
+        width = (seen.get("width") or "") if seen else ""
+        before = (link.state, link.rate_gbps, link.width)
+        if seen and rate is not None:
+            link.rate_gbps, link.width = rate, width or link.width
+        if state != link.state:
+            history.append(LinkStateChange(fabric=fabric, link=link, at=observed_at,
+                                           from_state=link.state, to_state=state))
+            link.state, link.state_changed_at = state, observed_at
+            if len(changed) < CHANGES_NAMED:
+                names = names or device_names(fabric)
+                changed.append({"link": link.id, "name": link_name(ends[link_id], names),
+                                "from": before[0], "to": state})
+        if (link.state, link.rate_gbps, link.width) != before:
+            updated.append(link)
+    Link.objects.bulk_update(updated, ["state", "rate_gbps", "width", "state_changed_at"],
+                             batch_size=BATCH)
+    LinkStateChange.objects.bulk_create(history, batch_size=BATCH)
+    unmatched = [key for key in live if key not in known]
+    if unmatched:
+        names = names or device_names(fabric)
+    return changed, [link_name(key, names) for key in unmatched], partial
+
+
+def device_names(fabric: Fabric) -> dict[str, str]:
+    """GUID -> what a person calls the device: the switch's name, the HCA's description."""
+    names = dict(Switch.objects.filter(fabric=fabric).values_list("guid", "name"))
+    for guid, description, host in Hca.objects.filter(fabric=fabric) \
+            .values_list("guid", "description", "host__name"):
+        names[guid] = description or host
+    return names
+
+
+def link_name(ends, names: dict[str, str]) -> str:
+    """``"node01 mlx5_0 port 1 - leaf01 port 3"``; a device IBEX does not know by its GUID."""
+    (a_guid, a_port), (b_guid, b_port) = ends
+    return f"{names.get(a_guid, a_guid)} port {a_port} - {names.get(b_guid, b_guid)} port {b_port}"
+
+
+def _store_counters(fabric: Fabric, counters: list[dict], observed_at: datetime) -> dict:
+    """Each port's new sample becomes its latest, the latest its previous. A sample no newer
+    than the one held (a report delivered twice, or late) is dropped."""
+    if not counters:
+        return {"stored": 0, "unmatched": 0}
+    port_ids = {(guid, number): port_id for port_id, guid, number in
+                Port.objects.filter(fabric=fabric).values_list("id", "device_guid", "number")}
+    held = {row.port_id: row for row in PortCounters.objects.filter(fabric=fabric)}
+    rows, unmatched = [], 0
+    for sample in counters:
+        port_id = port_ids.get((sample["guid"], sample["port"]))
+        if port_id is None:
+            unmatched += 1
+            continue
+        old = held.get(port_id)
+        if old is not None and old.sampled_at >= observed_at:
+            continue
+        row = PortCounters(fabric=fabric, port_id=port_id, sampled_at=observed_at,
+                           extended=sample.get("extended", False),
+                           previous_sampled_at=old.sampled_at if old else None)
+        for name in COUNTER_NAMES:
+            setattr(row, name, sample[name])
+            setattr(row, f"previous_{name}", getattr(old, name) if old else None)
+        rows.append(row)
+    PortCounters.objects.bulk_create(
+        rows, batch_size=BATCH, update_conflicts=True, unique_fields=["port"],
+        update_fields=["sampled_at", "extended", "previous_sampled_at", *COUNTER_NAMES,
+                       *(f"previous_{name}" for name in COUNTER_NAMES)],
+    )
+    return {"stored": len(rows), "unmatched": unmatched}

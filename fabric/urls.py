@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from fabric.api import FabricViewSet
+from fabric.api import FabricReportView, FabricViewSet
 from ibex.api.renderers import PlainTextRenderer
 
 router = SimpleRouter()
@@ -12,5 +12,6 @@ topology_conf = FabricViewSet.as_view({"get": "topology_conf"},
 
 urlpatterns = [
     path("fabrics/<int:pk>/topology.conf", topology_conf, name="fabric-topology-conf"),
+    path("fabrics/<slug:name>/reports/", FabricReportView.as_view(), name="fabric-reports"),
     *router.urls,
 ]

@@ -1,0 +1,279 @@
+"""`ibex-agent fabric`: the fabric agent, beside the subnet manager.
+
+Each interval it reads the fabric with infiniband-diags (``ibnetdiscover`` for the nodes and
+the cables that are up, ``perfquery`` for every cabled port's counters) and posts a report
+(`fabric.core.fabric_report`) to ``POST /api/v1/fabrics/<name>/reports/``. The topology goes
+as a full snapshot whenever its hash differs from the one the server last acknowledged, the
+counters every time.
+
+A poll that cannot read the fabric (``ibnetdiscover`` fails or hangs: the simulator, the HCA or
+the subnet manager is gone) is reported as ``reachable: false`` with the error and nothing else:
+the server keeps its last view, and never reads a failed poll as every cable down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agent.client import ApiClient, ApiError, ServerTrouble, Unreachable
+from agent.errors import AgentError
+from fabric.core.diags import (
+    DiagsFormatError,
+    Discovery,
+    merge_counters,
+    parse_discovery,
+    parse_ibqueryerrors,
+    parse_linkinfo,
+    parse_perfquery,
+)
+from fabric.core.fabric_report import (
+    REPORT_VERSION,
+    counters_entry,
+    topology_hash,
+    topology_section,
+)
+
+log = logging.getLogger("ibex-agent")
+
+DEFAULT_INTERVAL_S = 30.0
+DEFAULT_COMMAND_TIMEOUT_S = 20.0
+PERFQUERY_WORKERS = 4  # perfquery runs in parallel, one node (all its ports) per call
+# Above this many nodes, two perfquery runs per node cost more than the interval (about 35 ms a
+# run on a loaded 2-core machine: 140 s for 2,012 nodes); ibqueryerrors reads every port of the
+# fabric in one run (docs/benchmarks.md).
+PERFQUERY_MAX_NODES = 256
+COUNTER_TOOLS = ("auto", "perfquery", "ibqueryerrors")
+ERROR_THRESHOLDS = "SymbolErrorCounter=0\nLinkDownedCounter=0\nPortRcvErrors=0\nPortXmitDiscards=0\n"
+ERROR_LENGTH = 500
+
+
+class DiagsFailed(AgentError):
+    """A diagnostic that did not answer: the fabric is not reachable from here."""
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.output = output  # what it printed on stdout before failing
+
+
+@dataclass
+class FabricAgentOptions:
+    server: str
+    token: str
+    fabric: str
+    interval_s: float = DEFAULT_INTERVAL_S
+    opensm_conf_dir: Path | None = None
+    opensm_pid_file: Path | None = None
+    timeout_s: float = 10.0  # HTTP
+    command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
+    counters_tool: str = "auto"
+    env: dict[str, str] | None = None  # for the diagnostics (None: this process's)
+
+
+def run_diag(argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> str:
+    """Run one diagnostic; its stdout, or DiagsFailed saying why not. A diagnostic that hangs
+    (libibumad waiting on a port that never answers) is killed with its process group."""
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env, start_new_session=True)
+    except OSError as error:
+        raise DiagsFailed(f"{argv[0]}: {error.strerror or error}") from None
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise DiagsFailed(f"{argv[0]} gave no answer within {timeout_s:g} s") from None
+    if process.returncode != 0:
+        last = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "")
+        raise DiagsFailed(f"{argv[0]} failed (exit {process.returncode}): {last[:300]}", out)
+    return out
+
+
+@dataclass
+class FabricReader:
+    """Reads the fabric once: `read()` is a report without the server's part in it."""
+
+    command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
+    env: dict[str, str] | None = None
+    counters_tool: str = "auto"  # perfquery per node; ibqueryerrors for the whole fabric
+    run: Callable[[list[str], float, dict | None], str] = run_diag
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+    def read(self) -> tuple[dict, dict | None]:
+        """(the report's header and counters, its topology section or None when unreachable)."""
+        started, observed_at = time.monotonic(), self.clock()
+        header = {"version": REPORT_VERSION, "observed_at": observed_at.isoformat(),
+                  "reachable": True, "error": ""}
+        with tempfile.TemporaryDirectory(prefix="ibex-fabric-") as scratch:
+            cache = Path(scratch, "fabric.cache")  # ibqueryerrors reads it: no second discovery
+            try:
+                discovery = parse_discovery(self.run(["ibnetdiscover", "--cache", str(cache)],
+                                                     self.command_timeout_s, self.env))
+                if not discovery.nodes:
+                    raise DiagsFailed("ibnetdiscover found no nodes")
+            except (DiagsFailed, DiagsFormatError) as error:
+                header.update(reachable=False, error=str(error)[:ERROR_LENGTH], topology_hash="",
+                              poll_s=round(time.monotonic() - started, 3))
+                return header, None
+            states, state_error = self.read_port_states(discovery, cache)
+            if self.tool_for(discovery) == "ibqueryerrors":
+                counters, failures = self.read_fabric_counters(discovery, cache)
+            else:
+                counters, failures = self.read_counters(discovery)
+        section = topology_section(discovery, states)
+        header.update(topology_hash=topology_hash(section), counters=counters,
+                      poll_s=round(time.monotonic() - started, 3))
+        if failures:
+            header["counter_errors"] = failures[:20]
+        if state_error:
+            header["state_error"] = state_error
+        return header, section
+
+    def read_port_states(self, discovery: Discovery, cache: Path) -> tuple[dict, str]:
+        """Each port's logical state from ``iblinkinfo`` over the discovery's cache (no MAD
+        sent); without it every cable ibnetdiscover crossed counts as active, and why is said."""
+        try:
+            text = self.run(["iblinkinfo", "--load-cache", str(cache), "-l"],
+                            self.command_timeout_s, self.env)
+        except DiagsFailed as error:
+            return {}, str(error)[:ERROR_LENGTH]
+        return parse_linkinfo(text, discovery.port_guids), ""
+
+    def tool_for(self, discovery: Discovery) -> str:
+        if self.counters_tool != "auto":
+            return self.counters_tool
+        return "perfquery" if len(discovery.nodes) <= PERFQUERY_MAX_NODES else "ibqueryerrors"
+
+    def read_fabric_counters(self, discovery: Discovery, cache: Path) -> tuple[list[dict], list[str]]:
+        """Every cabled port's counters in two ``ibqueryerrors`` runs over the discovery's cache:
+        the data counters of every port (``--counters``), then every port with an error counter
+        above zero (a threshold file of zeros); a port it does not list there has none."""
+        thresholds = cache.with_name("thresholds")
+        thresholds.write_text(ERROR_THRESHOLDS)
+        base = ["ibqueryerrors", "--load-cache", str(cache)]
+        try:
+            data = parse_ibqueryerrors(self.run_listing([*base, "--counters"]), discovery.port_guids)
+            errors = parse_ibqueryerrors(self.run_listing([*base, "--threshold-file", str(thresholds)]),
+                                         discovery.port_guids)
+        except (DiagsFailed, DiagsFormatError) as error:
+            return [], [str(error)[:ERROR_LENGTH]]
+        counters = []
+        for guid, ports in discovery.cabled_ports().items():
+            for port in ports:
+                if (guid, port) not in data:
+                    continue
+                sample = {**errors.get((guid, port), {}), **data[(guid, port)]}
+                counters.append(counters_entry(guid, port, {**sample, "extended": True}))
+        return counters, []
+
+    def run_listing(self, argv: list[str]) -> str:
+        """ibqueryerrors exits 1 when it lists a port above a threshold: not a failure."""
+        try:
+            return self.run(argv, self.command_timeout_s, self.env)
+        except DiagsFailed as error:
+            if "(exit 1)" in str(error) and error.output:
+                return error.output
+            raise
+
+    def read_counters(self, discovery: Discovery) -> tuple[list[dict], list[str]]:
+        """Every cabled port's counters, one ``perfquery`` (and one ``perfquery -x``) per node,
+        by LID: a node without a LID (no subnet manager has run) has no counters yet."""
+        jobs = [(discovery.nodes[guid], ports)
+                for guid, ports in discovery.cabled_ports().items()
+                if guid in discovery.nodes and discovery.nodes[guid].lid]
+        counters: list[dict] = []
+        failures: list[str] = []
+        with ThreadPoolExecutor(max_workers=PERFQUERY_WORKERS) as pool:
+            for node, ports, result in pool.map(lambda job: (*job, self._node_counters(*job)), jobs):
+                if isinstance(result, str):
+                    failures.append(f"{node.guid}: {result}")
+                    continue
+                counters.extend(counters_entry(node.guid, port, result[port])
+                                for port in ports if port in result)
+        return counters, failures
+
+    def _node_counters(self, node, ports: list[int]) -> dict[int, dict] | str:
+        selector = [str(node.lid), ",".join(map(str, ports))]
+        try:
+            basic = parse_perfquery(self.run(["perfquery", *selector], self.command_timeout_s,
+                                             self.env))
+        except (DiagsFailed, DiagsFormatError) as error:
+            return str(error)
+        try:
+            extended = parse_perfquery(self.run(["perfquery", "-x", *selector],
+                                                self.command_timeout_s, self.env))
+        except (DiagsFailed, DiagsFormatError):
+            extended = {}  # no extended counters there: the 32-bit ones will do
+        return {port: merge_counters(sample, extended.get((lid, port)))
+                for (lid, port), sample in basic.items()}
+
+
+def subnet_manager_section(conf_dir: Path | None, pid_file: Path | None) -> dict | None:
+    """Whether the OpenSM the agent was pointed at runs (its pid file names a live process)."""
+    if conf_dir is None and pid_file is None:
+        return None
+    section: dict = {"conf_dir": str(conf_dir) if conf_dir else ""}
+    if pid_file is not None:
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            os.kill(pid, 0)
+            section.update(running=True, pid=pid)
+        except (OSError, ValueError, IndexError):
+            section.update(running=False, pid=None)
+    return section
+
+
+class FabricAgent:
+    def __init__(self, options: FabricAgentOptions, client: ApiClient | None = None,
+                 reader: FabricReader | None = None, stop: threading.Event | None = None):
+        self.options = options
+        self.client = client or ApiClient(options.server, timeout_s=options.timeout_s)
+        self.reader = reader or FabricReader(command_timeout_s=options.command_timeout_s,
+                                             env=options.env, counters_tool=options.counters_tool)
+        self.stop = stop or threading.Event()
+        self.acknowledged_hash: str | None = None  # the topology the server holds
+
+    def poll_once(self) -> dict:
+        """Read the fabric and report it; the server's answer."""
+        report, topology = self.reader.read()
+        sm = subnet_manager_section(self.options.opensm_conf_dir, self.options.opensm_pid_file)
+        if sm is not None:
+            report["subnet_manager"] = sm
+        send_topology = topology is not None and report["topology_hash"] != self.acknowledged_hash
+        answer = self.client.fabric_report(self.options.token, self.options.fabric,
+                                           {**report, **(topology if send_topology else {})})
+        if topology is not None and not send_topology and answer.get("topology_hash") != report["topology_hash"]:
+            # the server lost our topology (the fabric was re-imported): send it again now
+            answer = self.client.fabric_report(self.options.token, self.options.fabric,
+                                               {**report, **topology})
+        if report["reachable"]:
+            self.acknowledged_hash = answer.get("topology_hash")
+        return answer
+
+    def run_forever(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                answer = self.poll_once()
+                links = answer.get("links", {})
+                log.info("%s: reported (%s); links %s active, %s down", self.options.fabric,
+                         "reachable" if answer.get("reachable") else "fabric unreachable",
+                         links.get("active", "?"), links.get("down", "?"))
+            except ApiError as error:
+                if error.status in (401, 403, 404):
+                    raise
+                log.warning("%s: report refused: %s", self.options.fabric, error)
+            except (Unreachable, ServerTrouble) as error:
+                log.warning("%s: %s; trying again next interval", self.options.fabric, error)
+            self.stop.wait(max(0.0, self.options.interval_s - (time.monotonic() - started)))
