@@ -6,15 +6,16 @@
 DIR holds the trace's CSVs (`openb_node_list_all_node.csv`, `openb_pod_list_WORKLOAD.csv`),
 from github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv; they are not in the
 repository. Cluster: the trace's 1,523 nodes (1,213 with GPUs, 6,212 GPUs; 310 CPU-only), as
-in the paper; on this trace the CPU-only nodes change no figure (seed 42 of `default`: 94.82 %
-with them and without).
+in the paper; on this trace the CPU-only nodes change no figure (seed 42 of `default`, before the CPU
+rules of `fgd.py`: 94.82 % with them and without).
 Pods arrive in a seeded random order, then drawn at random, until the GPUs asked for reach
 `--fraction` of the cluster's (`scheduler/simulate/openb.py`); prints the allocation ratio per
 seed and the mean, for:
 
 - `baseline`: IBEX's earlier `best_fit` (the engine's tightest node; FGD only for the GPU a
   share goes on);
-- `best_fit`: today's `best_fit`, FGD node scoring against the workload's mix.
+- `best_fit`: today's `best_fit`, FGD node scoring against the workload's mix, with the GPUs a
+  node's CPU and memory cannot back counted as stranded (`scheduler/core/placement/fgd.py`).
 
 The paper's means at 100 % arrival (seeds 42-51): best-fit 92.9 % and FGD 95.2 % (default),
 84.6 % and 86.6 % (gpushare100).

@@ -11,6 +11,8 @@ in *where* they put jobs, and through that in what fits later.
   inside it. A share of a GPU goes where the pool's fragmentation against the workload's own
   mix of requests grows least (`choose_shared_gpu`, after FGD), among the open shared GPUs and
   the free GPU the engine would pick. A CPU-only job goes where it strands the fewest GPUs.
+  With the workload's demands (the default), a job one node holds goes where the pool's
+  fragmentation against them grows least, CPU and memory counted (`BestFit`).
 - `first_fit`: nodes in file order, ignoring topology: the first node that holds the job, else
   (if it may span nodes) GPUs gathered from nodes in file order; shares on the first GPU
   with room.
@@ -138,7 +140,9 @@ class RandomFit(Policy):
 class BestFit(Policy):
     """`demands` given (the default through `make_policy`): a job one node holds goes where
     the cluster's fragmentation against the workload's mix grows least (FGD,
-    `scheduler.core.placement.fgd`), best fit breaking ties; a larger job keeps the engine's
+    `scheduler.core.placement.fgd`, which also counts the GPUs a node's CPU and memory cannot
+    back: per copy of each request, and at the mix's CPU per GPU), best fit breaking ties;
+    a larger job keeps the engine's
     compact placement, so locality is never traded for fragmentation. Without `demands`:
     the engine's tightest node, FGD only for the GPU a share goes on (the earlier policy,
     kept as the baseline of `bench/openb_bench.py`)."""

@@ -7,6 +7,7 @@ import pytest
 
 from scheduler.core.placement import InvalidInput, Node, PlacementIndex, Request
 from scheduler.core.placement.fgd import (
+    UNLIMITED,
     Demand,
     FragmentationScorer,
     NodeFree,
@@ -31,9 +32,27 @@ def test_a_request_the_node_hosts_strands_only_the_gpus_too_small_for_it():
 
 
 def test_a_request_the_node_lacks_cpu_for_strands_every_free_gpu():
-    # 3,000 CPU: the whole GPU (4,000) strands all 2,300, the half GPU (2,000) only the 300
+    # 3,000 CPU: the whole GPU (4,000) strands all 2,300; the half GPU (2,000) has CPU for one
+    # copy, which can use one GPU: the other 1,300 are stranded. Per request: (2300 + 1300) / 2.
+    # The mix asks (4000 + 2000) / (1000 + 500) = 4 CPU per milli-GPU: 3,000 CPU back 750 of
+    # the 2,300 free, so 1,550 more are short of CPU.
     node = free(1000, 1000, 300, cpu=3000)
-    assert node_fragmentation(node, [ONE_GPU, HALF_GPU]) == (2300 + 300) / 2
+    assert node_fragmentation(node, [ONE_GPU, HALF_GPU]) == (2300 + 1300) / 2 + 1550
+
+
+def test_gpus_beyond_the_copies_the_cpu_backs_are_stranded():
+    # 9,000 CPU back two one-GPU requests of 4,000: two of the four free GPUs are stranded;
+    # at 4 CPU per milli-GPU the 9,000 back 2,250 of the 4,000 free: 1,750 short
+    node = free(1000, 1000, 1000, 1000, cpu=9000)
+    assert node_fragmentation(node, [ONE_GPU]) == 2000 + 1750
+
+
+def test_the_cpu_shortfall_is_the_free_compute_the_cpu_cannot_back_at_the_mixs_ratio():
+    scorer = FragmentationScorer([ONE_GPU, HALF_GPU])  # 4 CPU per milli-GPU
+    assert scorer.cpu_shortfall(2000, 6000) == 500
+    assert scorer.cpu_shortfall(2000, 8000) == 0
+    assert scorer.cpu_shortfall(2000, UNLIMITED) == 0
+    assert FragmentationScorer([Demand(1)]).cpu_shortfall(2000, 0) == 0  # the mix asks no CPU
 
 
 def test_host_memory_counts_as_cpu_does():
@@ -91,6 +110,28 @@ def test_a_job_leaves_the_cpu_the_mix_needs_beside_free_gpus():
     # on `tight`, 2,000 CPU would be left: its 3 free GPUs could take no job of the mix
     choice = scorer.choose([("tight", tight), ("roomy", roomy)], Demand(1, cpu_milli=8000))
     assert choice.node == "roomy"
+
+
+def test_a_cpu_heavy_share_goes_where_cpu_is_plentiful_before_a_whole_request_is_short():
+    # mix: a whole GPU with 4,000 CPU, a half GPU with 1,000: 10/3 CPU per milli-GPU.
+    # Per request, a half GPU with 2,000 CPU grows both nodes by 250 (on `lean` no CPU is
+    # left for the whole GPU: 1,500 stranded, weight 1/2, from 1,000; on `rich` one whole GPU
+    # still fits beside the share: the 500 left stranded), and best fit would take `lean`.
+    # But `lean`'s CPU backs 1,200 of its 2,000 free milli-GPUs before and 600 of 1,500
+    # after: 100 more short of CPU, so the share goes to `rich`, which stays backed.
+    mix = [Demand(1, cpu_milli=4000), Demand(1, 500, cpu_milli=1000)]
+    scorer = FragmentationScorer(mix)
+    lean = free(1000, 1000, cpu=4000)
+    rich = free(1000, 1000, cpu=8000)
+    assert scorer.growth(lean, Demand(1, 500, cpu_milli=2000))[0] == pytest.approx(350)
+    choice = scorer.choose([("lean", lean), ("rich", rich)], Demand(1, 500, cpu_milli=2000))
+    assert (choice.node, choice.growth) == ("rich", pytest.approx(250))
+
+
+def test_without_cpu_limits_the_measure_is_fgds():
+    # nodes whose CPU and memory no lease holds (the market's): no copy limit, no shortfall
+    node = free(1000, 1000, 300, cpu=UNLIMITED, memory=UNLIMITED)
+    assert node_fragmentation(node, [ONE_GPU, HALF_GPU]) == 300
 
 
 def test_equal_growth_is_broken_by_best_fit_then_by_order():
