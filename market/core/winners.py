@@ -408,6 +408,9 @@ def _with_prices_to_win(levels, bids, options, nodes_by_market, markets, sales, 
                 if method == "integer programme":
                     price, how = _exact_price_to_win(levels, nodes_by_market, options, sales,
                                                      optimum, i, time_limit_s)
+                    if price is not None and not market.optimal:
+                        how += ("; against the best clearing found, not a proven optimum: "
+                                "an estimate")
                 else:
                     price = _shadow_price_to_win(levels, option, shadow,
                                                  row_price.get(i, 0.0))

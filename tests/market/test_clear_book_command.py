@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from io import StringIO
 from pathlib import Path
 
@@ -137,3 +138,16 @@ def test_the_command_prints_the_clearing_on_stdout_only(tmp_path):
     result = clear_book(tmp_path, BOOK, "--time-limit", "2")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["markets"][0]["gpu_model"] == "H100"
+
+
+def test_a_book_cleared_without_a_proof_says_optimal_false(tmp_path, monkeypatch):
+    import market.core.winners as winners
+
+    monkeypatch.setattr(winners, "MIP_MAX_COLUMNS", 0)  # as if the book were too big
+    path = tmp_path / "book.json"
+    path.write_text(json.dumps(BOOK))
+    out = StringIO()
+    call_command("clear_book", str(path), "--time-limit", "1", stdout=out)
+    for market in json.loads(out.getvalue())["markets"]:
+        assert market["optimal"] is False
+        assert Decimal(market["welfare_bound"]) >= Decimal(market["welfare"])
