@@ -24,9 +24,9 @@ even when the budget stops it. A bigger book is decomposed by Lagrangian relaxat
 the packing of bids that need a leaf or a spine held by per-size counts of what the domains
 can hold, every coupling constraint priced by a multiplier improved by subgradient steps; any
 multipliers give a valid bound. The bids are then placed again by the greedy in the order the
-multipliers value them (their gain beyond the shadow prices), and the better incumbent kept. `gap` = (bound - welfare) / bound is
-therefore certified: the optimum is at most `gap` above the welfare sold. `optimal` is true
-only when HiGHS proved the optimum.
+multipliers value them (their gain beyond the shadow prices), and the better incumbent kept.
+`gap` = (bound - welfare) / bound is therefore certified: the optimum is at most `gap` above
+the welfare sold. `optimal` is true only when HiGHS proved the optimum.
 
 **Price (per GPU-hour, one per market).** P = the highest of (a) the highest reserve of any
 GPU sold and (b) the highest limit among the refused shapes of this market whose limit is at
@@ -44,16 +44,18 @@ or below every winner's limit. Each winner pays min(P, its limit). Properties:
 
 **Price to win.** For a refused bid: the lowest limit, in whole cents, at which it would have
 won this clearing with nothing else changed. Exact for books solved by the integer programme:
-with the bid forced in (limit lifted so that any GPU is open to it), the best welfare of the
-rest C fixes it, the smallest cent P with hours x gpus x P + C > the optimum, re-solved while
-the forced answer needs GPUs dearer than P. For bigger books it is an estimate from the
+with the bid forced in (every GPU open to it), the best welfare of the rest C fixes the
+smallest cent P (at or above the dearest GPU that answer takes) with hours x gpus x P + C >
+the optimum; then the GPUs open to it are capped a cent below P and the solve repeats until
+no lower price wins. For bigger books it is an estimate from the
 relaxation's shadow prices (the cheapest tier the bid may use plus that tier's shadow price
 per hour), a lower bound in the relaxed market; `price_to_win_reason` says which. None, with
 the reason, when the bid fits nowhere in the market at any price. For a bid of alternatives
 it is the alternative that needs the smallest raise (`price_to_win_alternative`).
 
-Money: micro-dollars and Decimal outside the solver; floats only inside HiGHS, every answer
-re-priced exactly.
+Money: micro-dollars and Decimal outside the solvers; floats only inside HiGHS and the
+Lagrangian bound (rounded up to the micro-dollar, with a margin for float error), every
+clearing re-priced exactly.
 """
 
 from __future__ import annotations
@@ -297,6 +299,8 @@ def clear_welfare(
             best = (_welfare_of(options, other), other)
     welfare_micros, sales = best
     welfare = dollars(welfare_micros)
+    # floats summed over thousands of terms: a relative margin keeps the bound an upper bound
+    bound_dollars = bound_dollars * (1 + 1e-9) + 1e-6
     bound = max(welfare, Decimal(repr(bound_dollars)).quantize(ONE_MICRO, ROUND_CEILING))
     if optimal:
         bound = welfare  # proven: the solver's bound differs only by its float tolerance
