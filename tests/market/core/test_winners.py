@@ -310,3 +310,35 @@ def test_a_budget_cut_short_reports_not_optimal_with_a_valid_bound():
     assert clearing.welfare <= exact.welfare <= clearing.welfare_bound
     if not clearing.optimal:
         assert clearing.welfare_bound >= clearing.welfare
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_alternatives_across_markets_win_at_most_once_and_stay_feasible(monkeypatch, decomposed):
+    import market.core.winners as module
+
+    if decomposed:
+        monkeypatch.setattr(module, "MIP_MAX_COLUMNS", 0)
+    rng = random.Random(17)
+    for _ in range(4):
+        h100, shapes = random_book(rng, nodes=6, bids=10)
+        h200 = [replace(node, name=f"x{node.name}", gpu_model=H200) for node in h100[:3]]
+        orders = []
+        for shape in shapes:
+            if rng.random() < 0.5:
+                orders.append(replace(shape, gpu_models=frozenset({H100})))
+                continue
+            other = replace(shape, gpu_models=frozenset({H200}),
+                            limit_micros=shape.limit_micros + 10_000 * rng.randint(0, 50))
+            orders.append(AlternativeBid(shape.id, (replace(shape, gpu_models=frozenset({H100})),
+                                                    other)))
+        clearing = clear_welfare(LEVELS, h100 + h200, orders, time_limit_s=2.0)
+        assert_feasible(clearing, h100 + h200)
+        won = [w.bid.id for m in clearing.markets for w in m.accepted]
+        assert len(won) == len(set(won))
+        refused = {loser.bid.id for m in clearing.markets for loser in m.refused}
+        assert refused | set(won) == {order.id for order in orders}
+        assert not refused & set(won)
+        for winner in (w for m in clearing.markets for w in m.accepted):
+            assert winner.shape == [*(winner.bid.alternatives if isinstance(
+                winner.bid, AlternativeBid) else (winner.bid,))][winner.alternative]
+        assert clearing.welfare <= clearing.welfare_bound
