@@ -83,7 +83,7 @@ class MarketStock:
     # --- reading -----------------------------------------------------------------------
 
     def available(self, name: str) -> int:
-        return len(self.prices[name]) - self.sold[name]
+        return max(0, len(self.prices[name]) - self.sold[name])
 
     def next_prices(self, name: str, count: int) -> tuple[int, ...]:
         start = self.sold[name]

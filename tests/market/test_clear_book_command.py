@@ -151,3 +151,31 @@ def test_a_book_cleared_without_a_proof_says_optimal_false(tmp_path, monkeypatch
     for market in json.loads(out.getvalue())["markets"]:
         assert market["optimal"] is False
         assert Decimal(market["welfare_bound"]) >= Decimal(market["welfare"])
+
+
+def test_runtimes_and_slices_in_a_book_are_honoured(tmp_path):
+    book = {
+        "levels": ["spine", "leaf", "node"],
+        "nodes": [
+            {"name": "slurm", "gpu_model": "H100", "labels": {"spine": "s0", "leaf": "l0"},
+             "reserve_prices": ["1.00"] * 4, "runtime": "slurm"},
+            {"name": "plain", "gpu_model": "H100", "labels": {"spine": "s0", "leaf": "l0"},
+             "reserve_prices": ["2.00"] * 4, "runtime": "process"},
+            {"name": "half", "gpu_model": "H100", "labels": {"spine": "s0", "leaf": "l1"},
+             "reserve_prices": ["1.50"] * 2},
+        ],
+        "bids": [
+            {"id": "no-slurm", "gpus": 4, "hours": "2", "max_price_per_gpu_hour": "3.00",
+             "runtimes": ["none", "process", "ssh"]},
+            {"id": "whole-nodes", "gpus": 4, "hours": "1", "max_price_per_gpu_hour": "3.00",
+             "topology": {"slice": {"size": 4}}},
+        ],
+    }
+    path = tmp_path / "book.json"
+    path.write_text(json.dumps(book))
+    out = StringIO()
+    call_command("clear_book", str(path), stdout=out)
+    market = json.loads(out.getvalue())["markets"][0]
+    assignments = {a["id"]: a["assignment"] for a in market["accepted"]}
+    # off the Slurm node, on the cheapest GPUs it may use; the slices take the whole node
+    assert assignments == {"no-slurm": {"half": 2, "plain": 2}, "whole-nodes": {"slurm": 4}}
