@@ -218,6 +218,50 @@ def read_book(document: Any) -> Book:
     return Book(levels, tuple(nodes), tuple(bids))
 
 
+def book_json(levels, nodes, bids) -> dict:
+    """The book a clearing is solved from, in the format `read_book` reads: what the auction
+    service should store with each clearing so that `export_book` can write it back."""
+    def topology(shape: Bid) -> dict:
+        t = shape.topology
+        out = {key: value for key, value in (("required", t.required),
+                                             ("preferred", t.preferred)) if value}
+        if t.slice_size is not None:
+            out["slice"] = {"size": t.slice_size,
+                            **({"level": t.slice_level} if t.slice_level else {})}
+        return out
+
+    def shape_json(shape: Bid) -> dict:
+        out = {"gpus": shape.gpus, "hours": str(shape.hours),
+               "max_price_per_gpu_hour": str(dollars(shape.limit_micros))}
+        if shape.gpu_models:
+            out["gpu_models"] = sorted(shape.gpu_models)
+        if topology(shape):
+            out["topology"] = topology(shape)
+        if shape.runtimes is not None:
+            out["runtimes"] = sorted(shape.runtimes)
+        return out
+
+    def bid_json(order: Order) -> dict:
+        out: dict = {"id": order.id}
+        if isinstance(order, AlternativeBid):
+            out["alternatives"] = [shape_json(shape) for shape in order.alternatives]
+        else:
+            out.update(shape_json(order))
+        if order.submitted_at is not None:
+            out["submitted_at"] = order.submitted_at.isoformat()
+        return out
+
+    return {
+        "levels": list(levels),
+        "nodes": [{"name": node.name, "gpu_model": node.gpu_model,
+                   "labels": {level: node.labels[level] for level in levels[:-1]},
+                   "reserve_prices": [str(dollars(p)) for p in node.reserve_micros],
+                   **({"runtime": node.runtime} if node.runtime != "none" else {})}
+                  for node in nodes],
+        "bids": [bid_json(order) for order in bids],
+    }
+
+
 def _money(micros: int | None) -> str | None:
     return None if micros is None else str(dollars(micros))
 
