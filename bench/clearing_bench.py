@@ -10,12 +10,14 @@ Bids: 1, 2, 4 or 8 GPUs (70 %, required `node` for half of those), 16-64 GPUs re
 `leaf` (20 %), 128 or 256 GPUs required `spine` in whole-node slices (5 %), 16-128 GPUs
 unconstrained (5 %); limits $1.00-$4.00 in cents, 1-48 hours.
 
-The timed part is `clear_auction` with the engine's placer, the index build included, the
-exact solve off. Then the exact-vs-greedy welfare gap on `--small` random instances (6-30
-bids, 8-40 nodes, reserves and topology drawn as above, sizes divided by 8), once with the
-bids' hours as drawn, once with every bid for one hour (the greedy ranks by price per
-GPU-hour while welfare weighs hours), and once more with every reserve at $1.50 (the engine
-places by free GPUs, blind to reserves, so this isolates the packing and ordering loss).
+The timed parts: `clear_auction` (the greedy, with the engine's placer, the index build
+included, the exact solve off), then `clear_welfare` (`market.core.winners`: welfare-maximising
+winner determination within its 5 s budget) with its welfare, certified bound and gap, and the
+cost of `price_to_win` for every refused bid. Then the welfare gap to the proven optimum
+(`solve_exact`) on `--small` random instances (6-30 bids, 8-40 nodes, reserves and topology
+drawn as above, sizes divided by 8), for the greedy and for `clear_welfare`, once with the
+bids' hours as drawn, once with every bid for one hour, and once more with every reserve at
+$1.50 (the same books and seeds as before `clear_welfare` existed).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fabric.core.locality import ONE_FABRIC_WIDEST_FIRST  # noqa: E402
 from market.core.clearing import Bid, NodeOffer, Topology, dollars, solve_exact  # noqa: E402
+from market.core.winners import clear_welfare  # noqa: E402
 from scheduler.core.clearing_placer import clear_auction_on_index  # noqa: E402
 
 MODEL = "H100-80GB"
@@ -101,11 +104,28 @@ def big_clearing(seed: int, bid_count: int) -> None:
     print(f"accepted {len(market.accepted):,}, refused {len(market.refused):,}, "
           f"GPUs sold {market.gpus_sold:,}, clearing price ${dollars(market.clearing_price_micros)}"
           f", welfare ${market.welfare:,}")
+    welfare_clearing(nodes, bids)
+
+
+def welfare_clearing(nodes, bids) -> None:
+    clearing = clear_welfare(ONE_FABRIC_WIDEST_FIRST, nodes, bids)
+    market = clearing.market(MODEL)
+    refused = market.refused
+    priced = sum(loser.price_to_win_micros is not None for loser in refused)
+    print(f"clear_welfare ({market.method}): {clearing.seconds:.2f} s (budget 5 s); "
+          f"accepted {len(market.accepted):,}, refused {len(refused):,}, GPUs sold "
+          f"{market.gpus_sold:,}, clearing price ${dollars(market.clearing_price_micros)}")
+    print(f"  welfare ${market.welfare:,}, bound ${market.welfare_bound:,}, certified gap "
+          f"{100 * market.gap:.2f} %, optimal {market.optimal}")
+    print(f"  price_to_win for {len(refused):,} refused bids: {clearing.price_to_win_seconds:.2f} s "
+          f"({1000 * clearing.price_to_win_seconds / max(1, len(refused)):.2f} ms each); "
+          f"{priced:,} priced, {len(refused) - priced:,} fit nowhere")
 
 
 def small_gaps(seed: int, instances: int, one_hour: bool, one_reserve: bool = False) -> None:
     rng = random.Random(seed + 1000)
-    gaps, solve_times, accepted_counts = [], [], []
+    greedy_gaps, gaps, certified, solve_times, clear_times = [], [], [], [], []
+    price_times, refused_counts, optimal_count = [], [], 0
     for _ in range(instances):
         node_count = rng.randint(8, 40)
         nodes = build_nodes(rng, node_count, leaf_size=4, spine_size=3)
@@ -115,20 +135,33 @@ def small_gaps(seed: int, instances: int, one_hour: bool, one_reserve: bool = Fa
         bids = build_bids(rng, rng.randint(6, 30), scale=8)
         if one_hour:
             bids = [dataclasses.replace(bid, hours=Decimal(1)) for bid in bids]
-        clearing = clear_auction_on_index(ONE_FABRIC_WIDEST_FIRST, nodes, bids, exact=False)
-        market = clearing.market(MODEL)
+        greedy = clear_auction_on_index(ONE_FABRIC_WIDEST_FIRST, nodes, bids, exact=False)
+        greedy_welfare = greedy.market(MODEL).welfare
         started = time.perf_counter()
         exact = solve_exact(ONE_FABRIC_WIDEST_FIRST, nodes, bids)
         solve_times.append(time.perf_counter() - started)
-        best = max(exact.welfare, market.welfare)
-        gaps.append(float((best - market.welfare) / best) if best else 0.0)
-        accepted_counts.append(len(market.accepted))
+        cleared = clear_welfare(ONE_FABRIC_WIDEST_FIRST, nodes, bids)
+        clear_times.append(cleared.seconds)
+        price_times.append(cleared.price_to_win_seconds)
+        refused_counts.append(sum(len(market.refused) for market in cleared.markets))
+        optimal_count += cleared.optimal
+        best = max(exact.welfare, cleared.welfare)
+        assert cleared.welfare_bound >= exact.welfare, "the bound must hold"
+        greedy_gaps.append(float((best - greedy_welfare) / best) if best else 0.0)
+        gaps.append(float((best - cleared.welfare) / best) if best else 0.0)
+        certified.append(float(cleared.gap))
     hours = ("all 1 h" if one_hour else "1-48 h") + (", every reserve $1.50" if one_reserve else "")
-    print(f"exact vs greedy on {instances} small instances (6-30 bids, 8-40 nodes, {hours}): "
-          f"welfare gap mean {100 * statistics.mean(gaps):.2f} %, "
-          f"max {100 * max(gaps):.2f} %, zero in {sum(g == 0 for g in gaps)}; "
-          f"HiGHS median {1000 * statistics.median(solve_times):.0f} ms, "
+    print(f"{instances} small instances (6-30 bids, 8-40 nodes, {hours}); HiGHS proves the "
+          f"optimum in median {1000 * statistics.median(solve_times):.0f} ms, "
           f"max {1000 * max(solve_times):.0f} ms")
+    print(f"  greedy: gap to optimum mean {100 * statistics.mean(greedy_gaps):.2f} %, "
+          f"max {100 * max(greedy_gaps):.2f} %, zero in {sum(g == 0 for g in greedy_gaps)}")
+    print(f"  clear_welfare: gap to optimum mean {100 * statistics.mean(gaps):.2f} %, "
+          f"max {100 * max(gaps):.2f} %, zero in {sum(g == 0 for g in gaps)}; certified gap "
+          f"max {100 * max(certified):.2f} %; optimal proven in {optimal_count}; time median "
+          f"{1000 * statistics.median(clear_times):.0f} ms, max {1000 * max(clear_times):.0f} ms")
+    print(f"  price_to_win: {sum(refused_counts)} refused bids, "
+          f"{sum(price_times):.2f} s in all ({1000 * sum(price_times) / max(1, sum(refused_counts)):.0f} ms each)")
 
 
 def main() -> None:

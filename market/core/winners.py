@@ -1,0 +1,517 @@
+"""Winner determination for the batch auction: the welfare-maximising clearing, its proven
+bound, one uniform price per market, and a price to win for every refused bid.
+
+Pure Python, no Django, no placement engine: this module places bids itself (reserve-aware,
+`winners_search`) and solves with HiGHS (`winners_solver`). It sits beside the greedy
+`clearing.clear_auction`, which it does not replace for on-demand matching.
+
+    clear_welfare(levels, nodes, bids, time_limit_s=5.0, price_to_win=True) -> WelfareClearing
+    AlternativeBid(id, alternatives=(Bid, ...), submitted_at=None)   2 to 8 shapes, one may win
+
+**The problem.** Welfare = the sum over winners and each GPU they take of (the bid's limit -
+the GPU's reserve) x the bid's hours. The clearing maximises it subject to everything a bid
+says: all of its GPUs or none; its GPU model(s) (one market per model; a shape naming several
+models, or none, may win in any of them); every GPU in one domain of its required level;
+slices (each domain of the slice level holds a multiple of the slice size); only GPUs whose
+reserve is at or below its limit, on nodes whose runtime can run it; each GPU sold once; at
+most one alternative of a bid wins. `preferred` is a wish the optimisation ignores.
+
+**How.** A reserve-aware greedy gives the first incumbent (`winners_search.greedy`). A book
+whose integer programme is small (`MIP_MAX_COLUMNS`) is then solved whole by HiGHS, started
+from that incumbent, within the time budget: `welfare_bound` is the solver's dual bound, valid
+even when the budget stops it. A bigger book is decomposed by Lagrangian relaxation
+(`winners_solver.lagrangian_bound`): GPUs pooled in price tiers per market and node size,
+the packing of bids that need a leaf or a spine held by per-size counts of what the domains
+can hold, every coupling constraint priced by a multiplier improved by subgradient steps; any
+multipliers give a valid bound. The bids are then placed again by the greedy in the order the
+multipliers value them (their gain beyond the shadow prices), and the better incumbent kept.
+`gap` = (bound - welfare) / bound is therefore certified: the optimum is at most `gap` above
+the welfare sold. `optimal` is true only when HiGHS proved the optimum.
+
+**Price (per GPU-hour, one per market).** P = the highest of (a) the highest reserve of any
+GPU sold and (b) the highest limit among the refused shapes of this market whose limit is at
+or below every winner's limit. Each winner pays min(P, its limit). Properties:
+- no winner pays above its limit, and no GPU sells below its reserve (a winner pays P, at or
+  above every reserve sold, or its own limit, at or above its GPUs' reserves);
+- the price is uniform: every winner pays the same P, except where a dear GPU sold to one
+  winner lifted P above another winner's limit; that winner then pays its limit;
+- why not lower: below P, either a sold GPU would go below its reserve, or a refused bidder
+  offered more per GPU-hour than the winners would pay while every winner bid at least as
+  much as it;
+- which losers could have paid it: a refused bid with a limit above P lost on welfare, not
+  on price (fewer hours, a topology no domain could hold beside the winners, dearer GPUs);
+  its `price_to_win` says what it would have taken.
+
+**Price to win.** For a refused bid: the lowest limit, in whole cents, at which it would have
+won this clearing with nothing else changed. Exact for books solved by the integer programme:
+with the bid forced in (every GPU open to it), the best welfare of the rest C fixes the
+smallest cent P (at or above the dearest GPU that answer takes) with hours x gpus x P + C >
+the optimum; then the GPUs open to it are capped a cent below P and the solve repeats until
+no lower price wins. For bigger books it is an estimate from the
+relaxation's shadow prices (the cheapest tier the bid may use plus that tier's shadow price
+per hour), a lower bound in the relaxed market; `price_to_win_reason` says which. None, with
+the reason, when the bid fits nowhere in the market at any price. For a bid of alternatives
+it is the alternative that needs the smallest raise (`price_to_win_alternative`).
+
+Money: micro-dollars and Decimal outside the solvers; floats only inside HiGHS and the
+Lagrangian bound (rounded up to the micro-dollar, with a margin for float error), every
+clearing re-priced exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+from billing.core.money import MICROS_PER_DOLLAR, ROUNDING
+from market.core.clearing import (
+    ONE_MICRO,
+    Bid,
+    NodeOffer,
+    auction_order,
+    check_topology,
+    dollars,
+)
+from market.core.whatif import InvalidInput
+from market.core.winners_search import (
+    MarketStock,
+    Option,
+    Sale,
+    fits_at_any_price,
+    greedy,
+    lowest_fitting_limits,
+    shape_key,
+)
+from market.core.winners_solver import (
+    Shadow,
+    lagrangian_bound,
+    mip_size,
+    node_need,
+    solve_mip,
+)
+
+DEFAULT_TIME_LIMIT_S = 5.0
+MIP_MAX_COLUMNS = 20_000  # `take` columns: above this the book is solved by decomposition
+MIN_ALTERNATIVES, MAX_ALTERNATIVES = 2, 8
+CENT = 10_000  # micro-dollars
+
+
+@dataclass(frozen=True)
+class AlternativeBid:
+    """A bid over 2 to 8 shapes (each a `Bid` with its own gpus, models, topology, hours and
+    limit, named by this bid's id); at most one of them wins."""
+
+    id: str
+    alternatives: tuple[Bid, ...]
+    submitted_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alternatives", tuple(self.alternatives))
+        count = len(self.alternatives)
+        if not MIN_ALTERNATIVES <= count <= MAX_ALTERNATIVES:
+            raise InvalidInput(f"bid {self.id}.alternatives",
+                               f"give {MIN_ALTERNATIVES} to {MAX_ALTERNATIVES} alternatives, "
+                               f"not {count}")
+        for i, shape in enumerate(self.alternatives):
+            if not shape.gpu_models:
+                raise InvalidInput(f"bid {self.id}.alternatives[{i}].gpu_models",
+                                   "names no market: give the GPU model(s) it may use")
+
+
+Order = Bid | AlternativeBid
+
+
+def shapes_of(order: Order) -> tuple[Bid, ...]:
+    return order.alternatives if isinstance(order, AlternativeBid) else (order,)
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Winner:
+    bid: Order
+    alternative: int  # index of the shape that won (0 for a bid of one shape)
+    shape: Bid
+    assignment: Mapping[str, int]  # node -> GPUs
+    reserves_micros: Mapping[str, tuple[int, ...]]  # node -> reserve of each GPU taken
+    price_micros: int  # per GPU-hour
+
+    @property
+    def welfare(self) -> Decimal:
+        return dollars(_surplus(self.shape, self.reserves_micros))
+
+    @property
+    def total(self) -> Decimal:
+        return dollars(self.price_micros * self.shape.gpus * self.shape.hours)
+
+
+@dataclass(frozen=True)
+class Loser:
+    bid: Order
+    reason: str
+    price_to_win_micros: int | None = None  # whole cents; None: see price_to_win_reason
+    price_to_win_reason: str = ""
+    price_to_win_alternative: int = 0
+
+
+@dataclass(frozen=True)
+class MarketResult:
+    gpu_model: str
+    clearing_price_micros: int | None  # None: nothing sold and nothing refused
+    welfare: Decimal
+    welfare_bound: Decimal  # an upper bound on the optimum
+    gap: Decimal  # (welfare_bound - welfare) / welfare_bound, 0 when the bound is 0
+    optimal: bool
+    accepted: tuple[Winner, ...]
+    refused: tuple[Loser, ...]
+    method: str  # "integer programme" or "greedy + relaxation bound"
+
+    @property
+    def gpus_sold(self) -> int:
+        return sum(winner.shape.gpus for winner in self.accepted)
+
+
+@dataclass(frozen=True)
+class WelfareClearing:
+    markets: tuple[MarketResult, ...]  # by GPU model
+    refused: tuple[Loser, ...]  # bids that entered no market
+    welfare: Decimal
+    welfare_bound: Decimal
+    gap: Decimal
+    optimal: bool
+    seconds: float  # the clearing, price_to_win excluded
+    price_to_win_seconds: float
+
+    def market(self, gpu_model: str) -> MarketResult:
+        return next(market for market in self.markets if market.gpu_model == gpu_model)
+
+    def winner(self, bid_id: str) -> Winner | None:
+        return next((w for m in self.markets for w in m.accepted if w.bid.id == bid_id), None)
+
+    def loser(self, bid_id: str) -> Loser | None:
+        losers = [*self.refused, *(loser for m in self.markets for loser in m.refused)]
+        return next((loser for loser in losers if loser.bid.id == bid_id), None)
+
+
+def _surplus(shape: Bid, reserves: Mapping[str, tuple[int, ...]]) -> Decimal:
+    """Welfare in micro-dollars (exact)."""
+    return sum((shape.limit_micros - price for prices in reserves.values() for price in prices),
+               0) * shape.hours
+
+
+def _gap(welfare: Decimal, bound: Decimal) -> Decimal:
+    return ((bound - welfare) / bound).quantize(ONE_MICRO, ROUNDING) if bound > 0 else Decimal(0)
+
+
+# --- the clearing --------------------------------------------------------------------------
+
+
+def options_of(orders: Sequence[Order], models: Sequence[str]) -> list[Option]:
+    options = []
+    for index, order in enumerate(orders):
+        for alternative, shape in enumerate(shapes_of(order)):
+            wanted = sorted(shape.gpu_models) if shape.gpu_models else list(models)
+            options.extend(Option(index, alternative, shape, model)
+                           for model in wanted if model in models)
+    return options
+
+
+def value_order(options: Sequence[Option], nodes_by_market: Mapping[str, Sequence[NodeOffer]],
+                by_total: bool = False) -> list[int]:
+    """Options by estimated welfare per GPU (or per bid), against each market's median
+    reserve; ties by the auction's order (limit, submission, id)."""
+    median = {}
+    for market, nodes in nodes_by_market.items():
+        prices = sorted(price for node in nodes for price in node.reserve_micros)
+        median[market] = prices[len(prices) // 2] if prices else 0
+
+    def key(i: int) -> tuple:
+        option = options[i]
+        shape = option.shape
+        per_gpu = shape.hours * (shape.limit_micros - median.get(option.market, 0))
+        return (-(per_gpu * shape.gpus if by_total else per_gpu), auction_order(shape),
+                option.alternative)
+
+    return sorted(range(len(options)), key=key)
+
+
+def clear_welfare(
+    levels: Sequence[str],
+    nodes: Sequence[NodeOffer],
+    bids: Sequence[Order],
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    price_to_win: bool = True,
+) -> WelfareClearing:
+    """The welfare-maximising clearing of one interval's bids (see the module notes)."""
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    levels = tuple(levels)
+    for order in bids:
+        for i, shape in enumerate(shapes_of(order)):
+            where = f"bid {order.id}" + (f".alternatives[{i}]"
+                                         if isinstance(order, AlternativeBid) else "")
+            check_topology(shape.topology, levels, f"{where}.topology")
+    models = sorted({node.gpu_model for node in nodes})
+    nodes_by_market = {model: [node for node in nodes if node.gpu_model == model]
+                       for model in models}
+    options = options_of(bids, models)
+    entered = {option.order for option in options}
+    outside = tuple(Loser(order, _no_market(order, models), None,
+                          "it names no GPU model offered in this clearing")
+                    for index, order in enumerate(bids) if index not in entered)
+
+    incumbent = greedy(levels, nodes_by_market, options, value_order(options, nodes_by_market))
+    best = (_welfare_of(options, incumbent), incumbent)
+    size = mip_size(nodes_by_market, options, MIP_MAX_COLUMNS)
+    shadow: dict[str, Shadow] = {}
+    row_price: dict[int, float] = {}
+    if size <= MIP_MAX_COLUMNS:
+        method = "integer programme"
+        answer = solve_mip(levels, nodes_by_market, options,
+                           max(0.05, deadline - time.perf_counter()), start=incumbent)
+        if answer.feasible and _welfare_of(options, answer.sales) >= best[0]:
+            best = (_welfare_of(options, answer.sales), answer.sales)
+        optimal = answer.optimal and answer.feasible
+        bound_dollars = answer.bound
+        if not math.isfinite(bound_dollars):  # stopped before the root relaxation
+            usable = _fits_alone(levels, nodes_by_market, options)
+            bound_dollars = lagrangian_bound(
+                levels, nodes_by_market, options, usable,
+                time.perf_counter() + max(0.2, 0.2 * time_limit_s),
+                incumbent=float(dollars(best[0])))[0]
+    else:
+        method = "greedy + Lagrangian bound"
+        optimal = False
+        usable = _fits_alone(levels, nodes_by_market, options)
+        bound_dollars, shadow, row_price, gains = lagrangian_bound(
+            levels, nodes_by_market, options, usable, started + 0.7 * time_limit_s,
+            incumbent=float(dollars(best[0])))
+        # a second incumbent: the bids in the order the multipliers value them
+        by_gain = sorted(gains, key=lambda i: (-gains[i], auction_order(options[i].shape)))
+        other = greedy(levels, nodes_by_market, options, by_gain,
+                       stop=lambda: time.perf_counter() > deadline)
+        if _welfare_of(options, other) > best[0]:
+            best = (_welfare_of(options, other), other)
+    welfare_micros, sales = best
+    welfare = dollars(welfare_micros)
+    # floats summed over thousands of terms: a relative margin keeps the bound an upper bound
+    bound_dollars = bound_dollars * (1 + 1e-9) + 1e-6
+    bound = max(welfare, Decimal(repr(bound_dollars)).quantize(ONE_MICRO, ROUND_CEILING))
+    if optimal:
+        bound = welfare  # proven: the solver's bound differs only by its float tolerance
+    seconds = time.perf_counter() - started
+
+    priced_from = time.perf_counter()
+    markets = _markets(levels, bids, options, nodes_by_market, sales, welfare, bound, optimal,
+                       method)
+    if price_to_win:
+        markets = _with_prices_to_win(levels, bids, options, nodes_by_market, markets, sales,
+                                      welfare_micros, method, shadow, row_price,
+                                      time_limit_s)
+    return WelfareClearing(
+        markets=markets, refused=outside, welfare=welfare, welfare_bound=bound,
+        gap=_gap(welfare, bound), optimal=optimal, seconds=seconds,
+        price_to_win_seconds=time.perf_counter() - priced_from,
+    )
+
+
+def _welfare_of(options: Sequence[Option], sales: Sequence[Sale]) -> Decimal:
+    return sum((_surplus(options[sale.option].shape, sale.reserves_micros) for sale in sales),
+               Decimal(0))
+
+
+def _no_market(order: Order, models: Sequence[str]) -> str:
+    named = sorted({model for shape in shapes_of(order) for model in (shape.gpu_models or ())})
+    if not models:
+        return "no GPUs are offered in this clearing"
+    return f"no {' or '.join(named)} GPUs offered"
+
+
+def _fits_alone(levels, nodes_by_market, options) -> list[bool]:
+    """Exactly whether each option fits in its market at its limit with nothing else sold."""
+    lowest = lowest_fitting_limits(levels, nodes_by_market, options)
+    return [low is not None and option.shape.limit_micros >= low
+            for low, option in zip(lowest, options, strict=True)]
+
+
+def _markets(levels, bids, options, nodes_by_market, sales, welfare, bound, optimal,
+             method) -> tuple[MarketResult, ...]:
+    won = {options[sale.option].order: sale for sale in sales}
+    home: dict[int, str] = {}
+    for option in options:  # a refused bid is listed in the market of its first option
+        home.setdefault(option.order, option.market)
+    slack = bound - welfare
+    markets = []
+    for model in nodes_by_market:
+        market_sales = [sale for sale in sales if options[sale.option].market == model]
+        sold = [p for sale in market_sales for ps in sale.reserves_micros.values() for p in ps]
+        winning_limits = [options[sale.option].shape.limit_micros for sale in market_sales]
+        lowest_winning = min(winning_limits, default=None)
+        refused_orders = [i for i, order in enumerate(bids) if i not in won
+                          and home.get(i) == model]
+        refused_limits = [option.shape.limit_micros for option in options
+                          if option.market == model and option.order not in won]
+        below = [limit for limit in refused_limits
+                 if lowest_winning is None or limit <= lowest_winning]
+        candidates = [value for value in (max(sold, default=None), max(below, default=None))
+                      if value is not None]
+        price = max(candidates) if candidates else None
+        accepted = []
+        for sale in sorted(market_sales, key=lambda s: options[s.option].order):
+            option = options[sale.option]
+            assert price is not None
+            accepted.append(Winner(bids[option.order], option.alternative, option.shape,
+                                   dict(sale.assignment), dict(sale.reserves_micros),
+                                   min(price, option.shape.limit_micros)))
+        refused = [Loser(bids[i], "outbid: the welfare-maximising clearing gave the GPUs it "
+                                  "could use to bids worth more") for i in refused_orders]
+        market_welfare = dollars(sum((_surplus(options[s.option].shape, s.reserves_micros)
+                                      for s in market_sales), Decimal(0)))
+        market_bound = market_welfare if optimal else market_welfare + slack
+        markets.append(MarketResult(model, price, market_welfare, market_bound,
+                                    _gap(market_welfare, market_bound), optimal,
+                                    tuple(accepted), tuple(refused), method))
+    return tuple(markets)
+
+
+# --- price to win --------------------------------------------------------------------------
+
+
+def _with_prices_to_win(levels, bids, options, nodes_by_market, markets, sales, optimum,
+                        method, shadow, row_price, time_limit_s) -> tuple[MarketResult, ...]:
+    fresh = {market: MarketStock(levels, nodes) for market, nodes in nodes_by_market.items()}
+    fits_cache: dict[tuple, bool] = {}
+
+    def fits_somewhere(option: Option) -> bool:
+        family = (option.market, shape_key(option.shape, levels))
+        if family not in fits_cache:
+            fits_cache[family] = fits_at_any_price(fresh[option.market], option.shape, levels)
+        return fits_cache[family]
+
+    index_of = {id(order): index for index, order in enumerate(bids)}
+    options_of_order: dict[int, list[int]] = {}
+    for i, option in enumerate(options):
+        options_of_order.setdefault(option.order, []).append(i)
+    result = []
+    for market in markets:
+        losers = []
+        for loser in market.refused:
+            mine = options_of_order.get(index_of[id(loser.bid)], [])
+            found: list[tuple[int, int, int, str]] = []  # (raise, price, alternative, how)
+            reasons = []
+            for i in mine:
+                option = options[i]
+                if not fits_somewhere(option):
+                    reasons.append(_fits_nowhere(option, levels))
+                    continue
+                if method == "integer programme":
+                    price, how = _exact_price_to_win(levels, nodes_by_market, options, sales,
+                                                     optimum, i, time_limit_s)
+                    if price is not None and not market.optimal:
+                        how += ("; against the best clearing found, not a proven optimum: "
+                                "an estimate")
+                else:
+                    price = _shadow_price_to_win(levels, option, shadow,
+                                                 row_price.get(i, 0.0))
+                    how = ("estimate from the Lagrangian bound's shadow prices (what the "
+                           "relaxed market charges; the packing may ask more)")
+                if price is None:
+                    reasons.append(how)
+                    continue
+                found.append((price - option.shape.limit_micros, price, option.alternative,
+                              how))
+            if found:
+                _, price, alternative, how = min(found)
+                losers.append(Loser(loser.bid, loser.reason, price, how, alternative))
+            else:
+                reason = "; ".join(dict.fromkeys(reasons)) or "it entered no market"
+                losers.append(Loser(loser.bid, f"does not fit: {reason}"
+                                    if reasons and all("fits nowhere" in r for r in reasons)
+                                    else loser.reason, None, reason))
+        result.append(replace(market, refused=tuple(losers)))
+    return tuple(result)
+
+
+def _fits_nowhere(option: Option, levels: Sequence[str]) -> str:
+    topology = option.shape.topology
+    where = (f"no {topology.required} domain" if topology.required else "the market")
+    sliced = (f" in slices of {topology.slice_size}" if topology.slice_size
+              and topology.slice_size > 1 else "")
+    runtimes = " on nodes that can run it" if option.shape.runtimes is not None else ""
+    return (f"fits nowhere at any price: {where} of {option.market} has "
+            f"{option.shape.gpus} free GPUs{sliced}{runtimes}")
+
+
+def _exact_price_to_win(levels, nodes_by_market, options, sales, optimum, index,
+                        time_limit_s) -> tuple[int | None, str]:
+    """The smallest whole-cent limit at which option `index` wins, by forced re-solves.
+
+    With GPUs up to a cap X open to the bid, C(X) = the best welfare of the others minus the
+    bid's reserves x hours, with the bid forced in; it only grows with X. A price P at or above
+    the dearest GPU of that answer with hours x gpus x P + C(X) > the optimum wins; then the
+    cap drops to a cent below P to see whether a lower price wins too, until none does."""
+    option = options[index]
+    shape = option.shape
+    reserves = [p for node in nodes_by_market[option.market] for p in node.reserve_micros]
+    cap = max(max(reserves, default=0), shape.limit_micros)
+    units = shape.hours * shape.gpus
+    floor = _next_cent(shape.limit_micros)
+    best = None
+    exact = True
+    for attempt in range(16):
+        answer = solve_mip(levels, nodes_by_market, options, time_limit_s, forced=index,
+                           limits={index: cap})
+        if not answer.feasible:
+            break
+        exact = exact and answer.optimal
+        rest = Decimal(0)
+        dearest = 0
+        for sale in answer.sales:
+            if sale.option == index:
+                taken = [p for ps in sale.reserves_micros.values() for p in ps]
+                rest -= sum(taken) * shape.hours
+                dearest = max(taken)
+            else:
+                rest += _surplus(options[sale.option].shape, sale.reserves_micros)
+        needed = (optimum - rest) / units  # the limit at which it ties the optimum
+        cents = int((needed / CENT).to_integral_value(ROUND_FLOOR)) + 1
+        price = max(cents * CENT, -(-dearest // CENT) * CENT, floor)
+        if attempt and price > cap:  # the first cap opens every GPU: any price above works
+            break
+        best = price
+        if price == floor:
+            break
+        cap = price - CENT
+    if best is None:
+        return None, "it fits nowhere beside the bids that must win"
+    how = "exact: re-solved with the bid forced in"
+    if not exact:
+        how += " (a re-solve hit its time limit: an estimate)"
+    return best, how
+
+
+def _next_cent(micros: int) -> int:
+    return (micros // CENT + 1) * CENT
+
+
+def _shadow_price_to_win(levels, option: Option, shadow, row_price: float) -> int | None:
+    """The cheapest usable tier's reserve plus its shadow price (and the bid's share of the
+    row prices) per GPU-hour: below it the relaxation would not take the bid."""
+    if option.market not in shadow:
+        return None
+    tiers = shadow[option.market]
+    need = node_need(option, levels)
+    shape = option.shape
+    per_gpu_hour = float(MICROS_PER_DOLLAR) / (float(shape.hours) * shape.gpus)
+    extra = row_price * per_gpu_hour
+    candidates = [price + pi * float(MICROS_PER_DOLLAR) / float(shape.hours) + extra
+                  for price, cls, pi in zip(tiers.prices, tiers.classes, tiers.pi, strict=True)
+                  if cls >= need]
+    if not candidates:
+        return None
+    return max(_next_cent(int(min(candidates))), _next_cent(shape.limit_micros))

@@ -1,0 +1,456 @@
+"""HiGHS for winner determination: the exact integer programme and the relaxation bound.
+
+Pure Python and numpy, no Django; floats live only in here, and every answer is re-priced
+exactly by the caller (`winners.py`).
+
+`solve_mip`: the whole problem for a book that is small enough, over the options of the orders
+(one per alternative and market): a binary `accept` per option, at most one per order; integer
+`take` per (option, node, reserve tier), the tier's GPUs on that node as capacity; all or
+nothing (`takes = gpus x accept`); a required level as one binary per domain; slices as an
+integer count of slices per domain of the slice level. Its dual bound is a valid upper bound
+on the optimum even when the time limit stops it.
+
+`lagrangian_bound`: for books too big for the integer programme, an upper bound from a
+Lagrangian relaxation. GPUs are pooled in tiers (market, reserve rounded down to `GRID`
+micro-dollars, the free GPUs of their node); a bid may use a tier at or below its limit whose
+nodes hold at least what it needs of one node (all its GPUs for a `node` bid, a slice for
+whole-node slices). Bids of a required `leaf`/`spine`... level are further held by two
+counts per size G: no more bids of at least G GPUs than the domains can hold
+(sum over domains of floor(free / G)), and no more of their GPUs than the domains holding G
+have. Each constraint gets a multiplier (tier prices `pi`, row prices `mu`), and for any
+non-negative multipliers
+    bound = sum of capacity x pi + sum of row limit x mu + sum over orders of
+            max(0, max over options of (gpus x max over usable tiers (value - pi) - rows' mu))
+is an upper bound on the welfare of every feasible clearing (weak duality): rounding reserves
+down and every relaxation only raise it. The multipliers are improved by subgradient steps
+(Polyak's rule against the incumbent) until the deadline; the best bound seen is returned.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from billing.core.money import MICROS_PER_DOLLAR
+from market.core.clearing import NodeOffer, domain_key
+from market.core.winners_search import Option, Sale
+
+
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """HiGHS prints a banner on C-level stdout the first time a solver is built; keep it off
+    stdout, which the JSON commands own."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _highs(time_limit_s: float):
+    import highspy
+
+    with quiet_stdout():
+        solver = highspy.Highs()
+    solver.setOptionValue("output_flag", False)
+    solver.setOptionValue("threads", 1)
+    solver.setOptionValue("time_limit", max(0.01, float(time_limit_s)))
+    return solver
+
+
+def _counts(prices: Sequence[int]) -> list[tuple[int, int]]:
+    counts: dict[int, int] = {}
+    for price in prices:
+        counts[price] = counts.get(price, 0) + 1
+    return sorted(counts.items())
+
+
+@dataclass
+class MipAnswer:
+    feasible: bool
+    optimal: bool
+    bound: float  # dollars; an upper bound on the optimum (inf when none is known)
+    sales: list[Sale] = field(default_factory=list)
+
+
+def mip_size(nodes_by_market: Mapping[str, Sequence[NodeOffer]],
+             options: Sequence[Option], stop_above: int) -> int:
+    """The number of `take` columns the integer programme would have (counted up to just
+    past `stop_above`)."""
+    tiers = {market: sorted(price for node in nodes for price, _ in _counts(node.reserve_micros))
+             for market, nodes in nodes_by_market.items()}
+    size = 0
+    for option in options:
+        size += bisect.bisect_right(tiers.get(option.market, []), option.shape.limit_micros)
+        if size > stop_above:
+            break
+    return size
+
+
+def solve_mip(
+    levels: Sequence[str],
+    nodes_by_market: Mapping[str, Sequence[NodeOffer]],
+    options: Sequence[Option],
+    time_limit_s: float,
+    start: Sequence[Sale] = (),
+    forced: int | None = None,
+    limits: Mapping[int, int] | None = None,
+) -> MipAnswer:
+    """The welfare-maximising sales. `forced`: that option must win; `limits`: limits to use
+    instead of the options' own (the reserves a shape may take are at or below its limit)."""
+    import highspy
+    import numpy as np
+
+    limits = limits or {}
+    cost: list[float] = []
+    upper: list[float] = []
+    rows: list[tuple[float, float, dict[int, float]]] = []
+    inf = highspy.kHighsInf
+
+    def column(objective: float, ub: float) -> int:
+        cost.append(objective)
+        upper.append(ub)
+        return len(cost) - 1
+
+    tiers = {market: {node.name: _counts(node.reserve_micros) for node in nodes}
+             for market, nodes in nodes_by_market.items()}
+    capacity: dict[tuple[str, str, int], dict[int, float]] = {}
+    accept_of: list[int] = []
+    takes: list[tuple[int, int, str, int]] = []  # (column, option, node, price)
+    domain_columns: dict[int, dict[tuple, int]] = {}
+    slice_columns: dict[int, dict[tuple, int]] = {}
+    by_order: dict[int, list[int]] = {}
+    for index, option in enumerate(options):
+        shape = option.shape
+        limit = limits.get(index, shape.limit_micros)
+        nodes = nodes_by_market.get(option.market, ())
+        accept = column(0.0, 1.0)
+        accept_of.append(accept)
+        by_order.setdefault(option.order, []).append(accept)
+        per_node: dict[str, list[int]] = {}
+        for node in nodes:
+            if shape.runtimes is not None and node.runtime not in shape.runtimes:
+                continue
+            for price, count in tiers[option.market][node.name]:
+                if price > limit:
+                    break
+                value = float((limit - price) * shape.hours) / MICROS_PER_DOLLAR
+                take = column(value, float(min(count, shape.gpus)))
+                takes.append((take, index, node.name, price))
+                per_node.setdefault(node.name, []).append(take)
+                capacity.setdefault((option.market, node.name, price), {})[take] = 1.0
+        everything = {take: 1.0 for group in per_node.values() for take in group}
+        rows.append((0.0, 0.0, {**everything, accept: -float(shape.gpus)}))
+        topology = shape.topology
+        if topology.required is not None:
+            choices = {}
+            domain_columns[index] = {}
+            for domain, members in _group(nodes, levels, topology.required).items():
+                inside = {take: 1.0 for node in members for take in per_node.get(node.name, [])}
+                if not inside:
+                    continue
+                chosen = column(0.0, 1.0)
+                domain_columns[index][domain] = chosen
+                choices[chosen] = 1.0
+                rows.append((-inf, 0.0, {**inside, chosen: -float(shape.gpus)}))
+            rows.append((0.0, 0.0, {**choices, accept: -1.0}))
+        if topology.slice_size is not None and topology.slice_size > 1:
+            slice_level = topology.slice_level or levels[-1]
+            slice_columns[index] = {}
+            for domain, members in _group(nodes, levels, slice_level).items():
+                inside = {take: 1.0 for node in members for take in per_node.get(node.name, [])}
+                if inside:
+                    groups = column(0.0, float(shape.gpus // topology.slice_size))
+                    slice_columns[index][domain] = groups
+                    rows.append((0.0, 0.0, {**inside, groups: -float(topology.slice_size)}))
+    for accepts in by_order.values():
+        if len(accepts) > 1:
+            rows.append((-inf, 1.0, dict.fromkeys(accepts, 1.0)))
+    counts = {(market, name): dict(node_tiers)
+              for market, market_tiers in tiers.items() for name, node_tiers in market_tiers.items()}
+    for (market, name, price), members in capacity.items():
+        rows.append((-inf, float(counts[(market, name)][price]), members))
+    if not cost:
+        return MipAnswer(forced is None, True, 0.0)
+
+    solver = _highs(time_limit_s)
+    solver.setOptionValue("mip_rel_gap", 0.0)
+    n = len(cost)
+    lower = np.zeros(n)
+    if forced is not None:
+        lower[accept_of[forced]] = 1.0
+    empty = np.array([], dtype=np.int32)
+    solver.addCols(n, np.array(cost), lower, np.array(upper), 0, empty, empty,
+                   np.array([], dtype=np.float64))
+    solver.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
+                                 np.array([highspy.HighsVarType.kInteger] * n))
+    for low, high, coefficients in rows:
+        indices = np.array(list(coefficients), dtype=np.int32)
+        values = np.array(list(coefficients.values()), dtype=np.float64)
+        solver.addRow(low, high, len(indices), indices, values)
+    solver.changeObjectiveSense(highspy.ObjSense.kMaximize)
+    if start and forced is None:
+        _give_start(solver, n, start, options, levels, nodes_by_market, accept_of, takes,
+                    domain_columns, slice_columns)
+    solver.run()
+    info = solver.getInfo()
+    optimal = solver.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    if solver.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+        return MipAnswer(False, True, 0.0)
+    bound = float(info.mip_dual_bound) if not optimal else float(info.objective_function_value)
+    if optimal:
+        bound = max(bound, float(info.mip_dual_bound))
+    if info.primal_solution_status != 2:
+        return MipAnswer(False, False, bound)
+    values = solver.getSolution().col_value
+    plans: dict[int, dict[str, list[int]]] = {}
+    for take, index, name, price in takes:
+        gpus = round(values[take])
+        if gpus:
+            plans.setdefault(index, {}).setdefault(name, []).extend([price] * gpus)
+    sales = []
+    for index, accept in enumerate(accept_of):
+        if round(values[accept]) == 1:
+            plan = plans.get(index, {})
+            reserves = {name: tuple(sorted(prices)) for name, prices in plan.items()}
+            sales.append(Sale(index, {name: len(p) for name, p in reserves.items()}, reserves))
+    return MipAnswer(True, optimal, bound, sales)
+
+
+def _give_start(solver, n, start, options, levels, nodes_by_market, accept_of, takes,
+                domain_columns, slice_columns) -> None:
+    """The greedy sales as the integer programme's first incumbent."""
+    import numpy as np
+
+    values = np.zeros(n)
+    take_of = {(index, name, price): take for take, index, name, price in takes}
+    offers = {node.name: node for nodes in nodes_by_market.values() for node in nodes}
+    for sale in start:
+        option = options[sale.option]
+        values[accept_of[sale.option]] = 1.0
+        for name, prices in sale.reserves_micros.items():
+            for price in prices:
+                values[take_of[(sale.option, name, price)]] += 1.0
+        topology = option.shape.topology
+        names = list(sale.assignment)
+        if topology.required is not None:
+            domain = domain_key(offers[names[0]], levels, topology.required)
+            values[domain_columns[sale.option][domain]] = 1.0
+        if sale.option in slice_columns:
+            slice_level = topology.slice_level or levels[-1]
+            for name, gpus in sale.assignment.items():
+                domain = domain_key(offers[name], levels, slice_level)
+                values[slice_columns[sale.option][domain]] += gpus / topology.slice_size
+    with contextlib.suppress(Exception):  # a start HiGHS cannot use is only a lost hint
+        solution = solver.getSolution()
+        solution.col_value = list(values)
+        solution.value_valid = True
+        solver.setSolution(solution)
+
+
+def _group(nodes: Sequence[NodeOffer], levels: Sequence[str], level: str) -> dict:
+    groups: dict[tuple[str, ...], list[NodeOffer]] = {}
+    for node in nodes:
+        groups.setdefault(domain_key(node, levels, level), []).append(node)
+    return groups
+
+
+# --- the relaxation bound ------------------------------------------------------------------
+
+
+GRID = 50_000  # tiers pool reserves rounded down to 5 cents (a valid relaxation)
+
+
+def node_need(option: Option, levels: Sequence[str]) -> int:
+    """The fewest free GPUs a node must have for the option to use any of its GPUs."""
+    topology = option.shape.topology
+    if topology.required == levels[-1]:
+        return option.shape.gpus
+    size = topology.slice_size or 1
+    if size > 1 and (topology.slice_level or levels[-1]) == levels[-1]:
+        return size
+    return 1
+
+
+@dataclass
+class Shadow:
+    """What the bound's multipliers say about one market: per tier (price, node class,
+    shadow price in dollars per GPU over a bid's hours)."""
+
+    prices: list[int]
+    classes: list[int]
+    pi: list[float]
+
+
+def _slot_rows(levels, nodes_by_market, options, chosen):
+    """(members, per-GPU?, limit) rows: bids of a required level above the node, per size."""
+    import numpy as np
+
+    families: dict[tuple, list[int]] = {}
+    for row, i in enumerate(chosen):
+        option = options[i]
+        topology = option.shape.topology
+        if topology.required is None or topology.required == levels[-1]:
+            continue
+        size = topology.slice_size or 1
+        slice_level = (topology.slice_level or levels[-1]) if size > 1 else None
+        families.setdefault((option.market, topology.required, size, slice_level), []).append(row)
+    rows = []
+    for (market, level, size, slice_level), members in families.items():
+        free: dict[tuple, int] = {}
+        for node in nodes_by_market[market]:
+            gpus = node.free_gpus
+            if size > 1 and slice_level == levels[-1]:
+                gpus = gpus // size * size
+            key = domain_key(node, levels, level)
+            free[key] = free.get(key, 0) + gpus
+        sizes = sorted({options[chosen[row]].shape.gpus for row in members})
+        for gpus in sizes:
+            rows_in = np.array([row for row in members if options[chosen[row]].shape.gpus >= gpus])
+            rows.append((rows_in, False, float(sum(f // gpus for f in free.values()))))
+            rows.append((rows_in, True, float(sum(f for f in free.values() if f >= gpus))))
+    return rows
+
+
+def _starting_prices(value, tier_price, cap, gpus, hours, limit):
+    """Tier prices to start the subgradient from: what a marginal bidder of H hours and a
+    limit of P would pay for each tier, H(P - reserve), the (H, P) of a coarse grid that gives
+    the lowest bound (without the rows); far better than zero, which counts every bid whole."""
+    import numpy as np
+
+    best = (np.inf, np.zeros(len(cap)))
+    top = float(limit.max())
+    low = float(tier_price.min())
+    for marginal_hours in np.quantile(hours, [0.5, 0.7, 0.8, 0.9, 0.95, 1.0]):
+        for marginal_limit in np.linspace(low, top, 9):
+            pi = np.maximum(0.0, marginal_hours * (marginal_limit - tier_price)
+                            / MICROS_PER_DOLLAR)
+            gain = np.max(value - pi[None, :], axis=1) * gpus
+            bound = float(cap @ pi + gain[gain > 0].sum())
+            if bound < best[0]:
+                best = (bound, pi)
+    return best[1]
+
+
+def lagrangian_bound(
+    levels: Sequence[str],
+    nodes_by_market: Mapping[str, Sequence[NodeOffer]],
+    options: Sequence[Option],
+    usable: Sequence[bool],
+    deadline: float,
+    incumbent: float,
+) -> tuple[float, dict[str, Shadow], dict[int, float], dict[int, float]]:
+    """An upper bound (dollars) on the welfare of any feasible clearing, each market's tier
+    shadow prices, each option's row price (dollars per bid) and its gain under the best
+    multipliers (its value beyond them; positive: the relaxation would take it). `usable[i]`
+    false: option i fits nowhere alone, so it is left out (a valid restriction)."""
+    import numpy as np
+
+    tier_index: dict[tuple[str, int, int], int] = {}
+    capacity: list[float] = []
+    for market, nodes in nodes_by_market.items():
+        for node in nodes:
+            for price, count in _counts(node.reserve_micros):
+                key = (market, price // GRID * GRID, node.free_gpus)
+                if key not in tier_index:
+                    tier_index[key] = len(capacity)
+                    capacity.append(0.0)
+                capacity[tier_index[key]] += count
+    chosen = [i for i, ok in enumerate(usable) if ok and options[i].market in nodes_by_market]
+    if not chosen or not capacity:
+        return 0.0, {}, {}, {}
+    tier_keys = list(tier_index)
+    markets = sorted(nodes_by_market)
+    tier_market = np.array([markets.index(k[0]) for k in tier_keys])
+    tier_price = np.array([k[1] for k in tier_keys], dtype=np.float64)
+    tier_class = np.array([k[2] for k in tier_keys])
+    cap = np.array(capacity)
+    hours = np.array([float(options[i].shape.hours) for i in chosen])
+    limit = np.array([options[i].shape.limit_micros for i in chosen], dtype=np.float64)
+    gpus = np.array([options[i].shape.gpus for i in chosen], dtype=np.float64)
+    need = np.array([node_need(options[i], levels) for i in chosen])
+    market_of = np.array([markets.index(options[i].market) for i in chosen])
+    order_ids = np.array([options[i].order for i in chosen])
+    allowed = ((tier_price[None, :] <= limit[:, None]) & (tier_class[None, :] >= need[:, None])
+               & (tier_market[None, :] == market_of[:, None]))
+    value = np.where(allowed, hours[:, None] * (limit[:, None] - tier_price[None, :])
+                     / MICROS_PER_DOLLAR, -np.inf)
+    rows = _slot_rows(levels, nodes_by_market, options, chosen)
+    row_limit = np.array([limit_ for _, _, limit_ in rows])
+    # the first option of each order, options sorted by order: per-order maxima by reduceat
+    by_order = np.argsort(order_ids, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(order_ids[by_order]) != 0])
+    pi = _starting_prices(value, tier_price, cap, gpus, hours, limit)
+    mu = np.zeros(len(rows))
+    best = (np.inf, pi.copy(), mu.copy())
+    step_scale, stale = 1.0, 0
+    while True:
+        penalty = np.zeros(len(chosen))
+        for (members, per_gpu, _), price in zip(rows, mu, strict=True):
+            if price:
+                penalty[members] += price * gpus[members] if per_gpu else price
+        reduced = value - pi[None, :]
+        tier = np.argmax(reduced, axis=1)
+        per_gpu_gain = reduced[np.arange(len(chosen)), tier]
+        gain = np.where(np.isfinite(per_gpu_gain), gpus * per_gpu_gain - penalty, 0.0)
+        sorted_gain = gain[by_order]
+        order_best = np.maximum.reduceat(sorted_gain, starts)
+        bound = float(cap @ pi + row_limit @ mu + np.maximum(order_best, 0.0).sum())
+        if bound < best[0] - 1e-6:
+            best, stale = (bound, pi.copy(), mu.copy()), 0
+        else:
+            stale += 1
+            if stale > 20:
+                step_scale, stale = step_scale / 2, 0
+        if time.perf_counter() > deadline or bound <= incumbent * 1.0001 or step_scale < 1e-4:
+            break
+        # the winning option of each order (its first maximum), if its gain is positive
+        winner = np.zeros(len(chosen), dtype=bool)
+        repeated = np.repeat(order_best, np.diff(np.r_[starts, len(chosen)]))
+        is_max = (sorted_gain == repeated) & (repeated > 0)
+        first = np.flatnonzero(is_max)
+        if len(first):
+            owner = np.searchsorted(starts, first, side="right") - 1
+            _, keep = np.unique(owner, return_index=True)
+            winner[by_order[first[keep]]] = True
+        slack = cap.copy()
+        np.subtract.at(slack, tier[winner], gpus[winner])
+        row_slack = np.array([limit_ - (gpus[members][winner[members]].sum() if per_gpu
+                                        else winner[members].sum())
+                              for members, per_gpu, limit_ in rows])
+        norm = float(slack @ slack + row_slack @ row_slack)
+        if norm <= 0:
+            break
+        step = step_scale * (bound - incumbent) / norm
+        pi = np.maximum(0.0, pi - step * slack)
+        mu = np.maximum(0.0, mu - step * row_slack)
+    bound, pi, mu = best
+    penalty = np.zeros(len(chosen))
+    for (members, per_gpu, _), price in zip(rows, mu, strict=True):
+        penalty[members] += price * gpus[members] if per_gpu else price
+    reduced = value - pi[None, :]
+    per_gpu_gain = reduced.max(axis=1)
+    gains = np.where(np.isfinite(per_gpu_gain), gpus * per_gpu_gain - penalty, -np.inf)
+    shadow = {}
+    for m, market in enumerate(markets):
+        mask = tier_market == m
+        shadow[market] = Shadow([int(p) for p in tier_price[mask]],
+                                [int(c) for c in tier_class[mask]], list(pi[mask]))
+    row_price: dict[int, float] = {}
+    for (members, per_gpu, _), price in zip(rows, mu, strict=True):
+        for row in members:
+            option = chosen[row]
+            row_price[option] = row_price.get(option, 0.0) + (
+                price * float(gpus[row]) if per_gpu else price)
+    return bound, shadow, row_price, {option: float(gain)
+                                      for option, gain in zip(chosen, gains, strict=True)}

@@ -1,0 +1,357 @@
+"""Winner determination (`market.core.winners`): the welfare-maximising clearing, its bound,
+its price and every loser's price to win, on books worked out by hand and on random ones."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+
+from market.core.clearing import Bid, NodeOffer, Topology, domain_key, micros, solve_exact
+from market.core.whatif import InvalidInput
+from market.core.winners import (
+    AlternativeBid,
+    WelfareClearing,
+    clear_welfare,
+)
+
+LEVELS = ("spine", "leaf", "node")
+H100, H200 = "H100", "H200"
+
+
+def offer(path: str, *prices: str, model: str = H100) -> NodeOffer:
+    """`offer("s1/l1/n1", "2.00", "3.00")`: one node and the reserve of each free GPU."""
+    spine, leaf, name = path.split("/")
+    return NodeOffer(name, {"spine": spine, "leaf": leaf}, model,
+                     tuple(micros(price) for price in prices))
+
+
+def bid(bid_id, gpus, limit, hours=1, required=None, models=None, slice_size=None) -> Bid:
+    return Bid(id=bid_id, gpus=gpus, hours=Decimal(hours), limit_micros=micros(limit),
+               gpu_models=None if models is None else frozenset(models),
+               topology=Topology(required=required, slice_size=slice_size))
+
+
+def winners(clearing: WelfareClearing) -> list[str]:
+    return sorted(w.bid.id for m in clearing.markets for w in m.accepted)
+
+
+# --- welfare decides, not the price per hour ------------------------------------------------
+
+
+@pytest.fixture(params=["integer programme", "decomposition"])
+def path(request, monkeypatch):
+    """Each hand-worked book is cleared both ways: whole by HiGHS, and as if it were too big
+    (the greedy incumbent and the Lagrangian bound)."""
+    if request.param == "decomposition":
+        import market.core.winners as module
+
+        monkeypatch.setattr(module, "MIP_MAX_COLUMNS", 0)
+    return request.param
+
+
+def test_a_bidder_with_more_hours_beats_one_with_a_higher_hourly_limit(path):
+    # 4 GPUs at $1.00. "sprinter" offers $3.00 for 1 hour: (3 - 1) x 4 x 1 = $8 of welfare;
+    # "marathon" offers $2.00 for 10 hours: (2 - 1) x 4 x 10 = $40. The greedy ranked the
+    # sprinter first; welfare says the marathon.
+    nodes = [offer("s1/l1/n1", *["1.00"] * 4)]
+    clearing = clear_welfare(LEVELS, nodes, [bid("sprinter", 4, "3.00", hours=1),
+                                             bid("marathon", 4, "2.00", hours=10)])
+    assert winners(clearing) == ["marathon"]
+    assert clearing.welfare == Decimal("40.00")
+    assert clearing.welfare_bound >= Decimal("40.00")
+    if path == "integer programme":
+        assert clearing.optimal and clearing.gap == 0
+
+
+def test_the_higher_hourly_limit_wins_when_its_welfare_is_higher(path):
+    nodes = [offer("s1/l1/n1", *["1.00"] * 4)]
+    clearing = clear_welfare(LEVELS, nodes, [bid("sprinter", 4, "9.00", hours=2),
+                                             bid("marathon", 4, "2.00", hours=10)])
+    assert winners(clearing) == ["sprinter"]
+
+
+def test_a_cheap_nodes_gpus_are_sold_before_the_cheap_gpus_of_a_dear_node(path):
+    # "dear" has one GPU at $1.00 and three at $3.00; "cheap" has four at $1.50. A 4-GPU
+    # node bid takes the cheap node ($6.00 of reserves), not the dear one ($10.00).
+    nodes = [offer("s1/l1/dear", "1.00", "3.00", "3.00", "3.00"),
+             offer("s1/l1/cheap", "1.50", "1.50", "1.50", "1.50")]
+    clearing = clear_welfare(LEVELS, nodes, [bid("job", 4, "4.00", required="node")])
+    winner = clearing.market(H100).accepted[0]
+    assert winner.assignment == {"cheap": 4}
+    assert winner.reserves_micros == {"cheap": (1_500_000,) * 4}
+
+
+def test_unconstrained_bids_take_the_cheapest_gpus_wherever_they_are(path):
+    nodes = [offer("s1/l1/a", "1.00", "3.00"), offer("s1/l2/b", "1.20", "2.50")]
+    clearing = clear_welfare(LEVELS, nodes, [bid("job", 2, "4.00")])
+    assert clearing.market(H100).accepted[0].assignment == {"a": 1, "b": 1}
+
+
+def test_a_gpu_above_the_limit_is_never_sold_to_that_bid():
+    nodes = [offer("s1/l1/n1", "1.00", "5.00")]
+    clearing = clear_welfare(LEVELS, nodes, [bid("job", 2, "4.00")])
+    assert winners(clearing) == []
+    loser = clearing.loser("job")
+    assert loser.price_to_win_micros == micros("5.00")
+
+
+def test_a_bid_that_fits_nowhere_has_no_price_to_win_and_says_why():
+    nodes = [offer("s1/l1/n1", *["1.00"] * 4), offer("s1/l2/n2", *["1.00"] * 4)]
+    clearing = clear_welfare(LEVELS, nodes, [bid("wide", 6, "9.00", required="leaf")])
+    loser = clearing.loser("wide")
+    assert loser.price_to_win_micros is None
+    assert "fits nowhere" in loser.reason and "leaf" in loser.reason
+
+
+# --- the price -------------------------------------------------------------------------------
+
+
+def test_every_winner_pays_one_price_at_or_below_its_limit_and_above_every_reserve_sold():
+    nodes = [offer("s1/l1/n1", *["1.00"] * 4)]
+    clearing = clear_welfare(LEVELS, nodes, [bid("a", 2, "3.00"), bid("b", 2, "2.50"),
+                                             bid("c", 2, "2.00")])
+    market = clearing.market(H100)
+    assert winners(clearing) == ["a", "b"]
+    assert market.clearing_price_micros == micros("2.00")  # the highest refused limit
+    assert {w.price_micros for w in market.accepted} == {micros("2.00")}
+
+
+def test_the_price_never_exceeds_a_winners_limit():
+    # the long, low bid wins over a short, high one: the price does not rise to the loser's
+    # limit above the winner's
+    nodes = [offer("s1/l1/n1", *["1.00"] * 4)]
+    clearing = clear_welfare(LEVELS, nodes, [bid("sprinter", 4, "3.00", hours=1),
+                                             bid("marathon", 4, "2.00", hours=10)])
+    market = clearing.market(H100)
+    assert market.clearing_price_micros == micros("1.00")
+    assert market.accepted[0].price_micros <= micros("2.00")
+
+
+# --- price to win ----------------------------------------------------------------------------
+
+
+def _book():
+    nodes = [offer("s1/l1/n1", "2.10", "2.10", "2.35"),
+             offer("s1/l2/n2", "1.90", "1.90", "1.90", "1.90")]
+    bids = [bid("wide", 4, "2.50", hours=4, required="leaf"), bid("long", 2, "2.40", hours=10),
+            bid("node", 3, "2.60", hours=3, required="node"), bid("one", 1, "2.00")]
+    return nodes, bids
+
+
+def _with_limit(bids, bid_id, limit_micros):
+    return [replace(b, limit_micros=limit_micros) if b.id == bid_id else b for b in bids]
+
+
+def test_a_refused_bid_raised_to_its_price_to_win_wins_and_one_cent_below_does_not():
+    nodes, bids = _book()
+    clearing = clear_welfare(LEVELS, nodes, bids)
+    refused = [loser for m in clearing.markets for loser in m.refused]
+    assert refused
+    for loser in refused:
+        price = loser.price_to_win_micros
+        assert price is not None, loser
+        assert price % 10_000 == 0 and price > loser.bid.limit_micros
+        raised = clear_welfare(LEVELS, nodes, _with_limit(bids, loser.bid.id, price),
+                               price_to_win=False)
+        assert loser.bid.id in winners(raised)
+        below = clear_welfare(LEVELS, nodes, _with_limit(bids, loser.bid.id, price - 10_000),
+                              price_to_win=False)
+        assert loser.bid.id not in winners(below)
+
+
+def test_price_to_win_holds_on_random_books():
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(6):
+        nodes, bids = random_book(rng, nodes=rng.randint(3, 6), bids=rng.randint(3, 6))
+        clearing = clear_welfare(LEVELS, nodes, bids)
+        for loser in (loser for m in clearing.markets for loser in m.refused):
+            if loser.price_to_win_micros is None:
+                continue
+            price = loser.price_to_win_micros
+            raised = clear_welfare(LEVELS, nodes, _with_limit(bids, loser.bid.id, price),
+                                   price_to_win=False)
+            below = clear_welfare(LEVELS, nodes, _with_limit(bids, loser.bid.id, price - 10_000),
+                                  price_to_win=False)
+            assert loser.bid.id in winners(raised)
+            # a cent below it cannot add welfare: it loses, or ties exactly (either may win)
+            assert loser.bid.id not in winners(below) or below.welfare == clearing.welfare
+            checked += 1
+    assert checked >= 3
+
+
+# --- alternatives ----------------------------------------------------------------------------
+
+
+def test_a_bid_over_alternatives_wins_at_most_once_and_says_which():
+    nodes = [offer("s1/l1/a", *["1.00"] * 8), offer("s1/l1/b", *["1.50"] * 8, model=H200)]
+    either = AlternativeBid("either", (
+        bid("either", 8, "2.00", hours=2, models=[H100]),
+        bid("either", 8, "3.00", hours=2, models=[H200]),
+    ))
+    clearing = clear_welfare(LEVELS, nodes, [either])
+    won = [w for m in clearing.markets for w in m.accepted]
+    assert len(won) == 1
+    # H200: (3.00 - 1.50) x 8 x 2 = $24 beats H100: (2.00 - 1.00) x 8 x 2 = $16
+    assert won[0].alternative == 1 and won[0].shape.gpu_models == frozenset({H200})
+    assert clearing.welfare == Decimal("24.00")
+
+
+def test_an_alternative_loses_to_a_rival_and_the_other_alternative_wins():
+    nodes = [offer("s1/l1/a", *["1.00"] * 8), offer("s1/l1/b", *["1.50"] * 8, model=H200)]
+    either = AlternativeBid("either", (
+        bid("either", 8, "2.00", hours=2, models=[H100]),
+        bid("either", 8, "3.00", hours=2, models=[H200]),
+    ))
+    rival = bid("rival", 8, "5.00", hours=2, models=[H200])
+    clearing = clear_welfare(LEVELS, nodes, [either, rival])
+    assert winners(clearing) == ["either", "rival"]
+    assert clearing.winner("either").alternative == 0
+    assert clearing.winner("either").assignment == {"a": 8}
+
+
+@pytest.mark.parametrize("count", [1, 9])
+def test_alternatives_must_number_two_to_eight(count):
+    with pytest.raises(InvalidInput) as error:
+        AlternativeBid("x", tuple(bid("x", 1, "1.00", models=[H100]) for _ in range(count)))
+    assert error.value.field == "bid x.alternatives"
+
+
+def test_an_alternative_naming_no_market_is_refused_naming_the_field():
+    with pytest.raises(InvalidInput) as error:
+        AlternativeBid("x", (bid("x", 1, "1.00", models=[H100]), bid("x", 1, "1.00")))
+    assert error.value.field == "bid x.alternatives[1].gpu_models"
+
+
+# --- feasibility and the bound on random books ----------------------------------------------
+
+
+def random_book(rng: random.Random, nodes: int, bids: int):
+    offers = []
+    for i in range(nodes):
+        free = rng.randint(1, 8)
+        base = 150 + 5 * rng.randint(0, 20)
+        prices = [f"{(base + rng.randint(0, 30)) / 100:.2f}" for _ in range(free)]
+        offers.append(offer(f"s{i // 4}/l{i // 2}/n{i}", *prices))
+    orders = []
+    for j in range(bids):
+        draw = rng.random()
+        if draw < 0.5:
+            shape = bid(f"b{j}", rng.choice((1, 2, 4)), f"{rng.randint(150, 400) / 100:.2f}",
+                        hours=rng.randint(1, 24), required=rng.choice((None, "node")))
+        elif draw < 0.8:
+            shape = bid(f"b{j}", rng.choice((4, 6, 8)), f"{rng.randint(150, 400) / 100:.2f}",
+                        hours=rng.randint(1, 24), required="leaf")
+        else:
+            shape = bid(f"b{j}", 8, f"{rng.randint(150, 400) / 100:.2f}",
+                        hours=rng.randint(1, 24), required="spine", slice_size=4)
+        orders.append(shape)
+    return offers, orders
+
+
+def assert_feasible(clearing: WelfareClearing, nodes, levels=LEVELS):
+    offers = {node.name: node for node in nodes}
+    sold: dict[str, list[int]] = {}
+    for market in clearing.markets:
+        for winner in market.accepted:
+            shape = winner.shape
+            assert sum(winner.assignment.values()) == shape.gpus  # all or nothing
+            for name, prices in winner.reserves_micros.items():
+                assert len(prices) == winner.assignment[name]
+                assert all(price <= shape.limit_micros for price in prices)
+                assert offers[name].gpu_model == market.gpu_model
+                sold.setdefault(name, []).extend(prices)
+            if shape.topology.required is not None:
+                domains = {domain_key(offers[name], levels, shape.topology.required)
+                           for name in winner.assignment}
+                assert len(domains) == 1, (winner.bid.id, domains)
+            size = shape.topology.slice_size
+            if size:
+                per_node: dict = {}
+                for name, gpus in winner.assignment.items():
+                    key = domain_key(offers[name], levels, shape.topology.slice_level or "node")
+                    per_node[key] = per_node.get(key, 0) + gpus
+                assert all(gpus % size == 0 for gpus in per_node.values())
+            assert winner.price_micros <= shape.limit_micros
+    for name, prices in sold.items():
+        # no GPU sold twice: what was sold on a node is part of its reserves, counted
+        remaining = list(offers[name].reserve_micros)
+        for price in prices:
+            remaining.remove(price)
+
+
+def test_the_clearing_is_feasible_and_its_bound_holds_on_random_books():
+    rng = random.Random(11)
+    for _ in range(12):
+        nodes, bids = random_book(rng, nodes=rng.randint(4, 12), bids=rng.randint(4, 14))
+        clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=60, price_to_win=False)
+        assert_feasible(clearing, nodes)
+        exact = solve_exact(LEVELS, nodes, bids)
+        assert exact.optimal
+        assert clearing.welfare_bound >= exact.welfare
+        assert clearing.welfare == exact.welfare  # small books are solved to optimality
+        assert clearing.optimal
+
+
+def test_big_books_are_cleared_by_decomposition_with_a_valid_bound(monkeypatch):
+    # force the decomposition on a book small enough to prove its optimum
+    import market.core.winners as module
+
+    monkeypatch.setattr(module, "MIP_MAX_COLUMNS", 0)
+    rng = random.Random(3)
+    for _ in range(5):
+        nodes, bids = random_book(rng, nodes=10, bids=12)
+        clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=2.0)
+        assert_feasible(clearing, nodes)
+        exact = solve_exact(LEVELS, nodes, bids)
+        assert clearing.welfare <= exact.welfare <= clearing.welfare_bound
+        assert not clearing.optimal
+        assert Decimal(0) <= clearing.gap < 1
+        for loser in (loser for m in clearing.markets for loser in m.refused):
+            assert loser.price_to_win_micros is None or loser.price_to_win_reason
+
+
+def test_a_budget_cut_short_reports_not_optimal_with_a_valid_bound():
+    rng = random.Random(5)
+    nodes, bids = random_book(rng, nodes=24, bids=30)
+    clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=0.05, price_to_win=False)
+    assert_feasible(clearing, nodes)
+    exact = solve_exact(LEVELS, nodes, bids)
+    assert clearing.welfare <= exact.welfare <= clearing.welfare_bound
+    if not clearing.optimal:
+        assert clearing.welfare_bound >= clearing.welfare
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_alternatives_across_markets_win_at_most_once_and_stay_feasible(monkeypatch, decomposed):
+    import market.core.winners as module
+
+    if decomposed:
+        monkeypatch.setattr(module, "MIP_MAX_COLUMNS", 0)
+    rng = random.Random(17)
+    for _ in range(4):
+        h100, shapes = random_book(rng, nodes=6, bids=10)
+        h200 = [replace(node, name=f"x{node.name}", gpu_model=H200) for node in h100[:3]]
+        orders = []
+        for shape in shapes:
+            if rng.random() < 0.5:
+                orders.append(replace(shape, gpu_models=frozenset({H100})))
+                continue
+            other = replace(shape, gpu_models=frozenset({H200}),
+                            limit_micros=shape.limit_micros + 10_000 * rng.randint(0, 50))
+            orders.append(AlternativeBid(shape.id, (replace(shape, gpu_models=frozenset({H100})),
+                                                    other)))
+        clearing = clear_welfare(LEVELS, h100 + h200, orders, time_limit_s=2.0)
+        assert_feasible(clearing, h100 + h200)
+        won = [w.bid.id for m in clearing.markets for w in m.accepted]
+        assert len(won) == len(set(won))
+        refused = {loser.bid.id for m in clearing.markets for loser in m.refused}
+        assert refused | set(won) == {order.id for order in orders}
+        assert not refused & set(won)
+        for winner in (w for m in clearing.markets for w in m.accepted):
+            assert winner.shape == [*(winner.bid.alternatives if isinstance(
+                winner.bid, AlternativeBid) else (winner.bid,))][winner.alternative]
+        assert clearing.welfare <= clearing.welfare_bound
