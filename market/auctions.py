@@ -16,6 +16,7 @@ from django.utils import timezone
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.outbox import services as outbox
 from market import leasing, parts
+from market.core import book as books
 from market.core import clearing, winners
 from market.core.parts import gpu_fraction
 from market.models import Clearing, Lease, Order
@@ -26,7 +27,6 @@ from market.orders import (
     free_priced_gpus,
     offers_from,
 )
-from pool.models import Gpu
 
 AUCTION_TIERS = (Lease.Tier.SPOT, Lease.Tier.RESERVED)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -199,7 +199,7 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
     offers = offers_from(by_node, model_of, runtimes)
     result = winners.clear_welfare(WIDEST_FIRST, offers, bids,
                                    time_limit_s=settings.AUCTION_TIME_LIMIT_S)
-    book = winners.book_of(WIDEST_FIRST, offers, bids)
+    book = books.book_json(WIDEST_FIRST, offers, bids)
     keys = {key.host: key for key in by_node}
     for market in result.markets:
         record = records[market.gpu_model]
@@ -216,8 +216,28 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
         if record.price_micros is not None:
             notify_preemptions(gpu_model=market.gpu_model, price_micros=record.price_micros,
                                now=now)
-    for lost in result.refused:  # named no market of this interval's clearing
-        Order.objects.filter(pk=by_id[lost.bid.id].pk).update(reason=lost.reason)
+    # Markets with bids but no free GPU: every bid there is refused, and the price is the
+    # highest of their limits, so running spot leases bid below it are priced out as before.
+    cleared = {market.gpu_model for market in result.markets}
+    for model, record in records.items():
+        if model in cleared:
+            continue
+        limits = [shape["max_price_micros"] for o in orders for shape in _shapes(o)
+                  if model in shape["gpu_models"]]
+        record.price_micros = max(limits, default=None)
+        record.refused = [{"order": o.pk, "reason": f"no {model} GPUs are free for the hours "
+                                                    "asked", "price_to_win_micros": None}
+                          for o in orders if model in models_of(o) and o.state == OS.RESTING]
+        record.welfare = record.welfare_bound = record.gap = 0
+        record.optimal, record.book = True, book
+        record.save()
+        if record.price_micros is not None:
+            notify_preemptions(gpu_model=model, price_micros=record.price_micros, now=now)
+    for lost in result.refused:  # named no market with free GPUs in this clearing
+        Order.objects.filter(pk=by_id[lost.bid.id].pk).update(
+            reason=lost.reason[:500], price_to_win_micros=None,
+            price_to_win_reason=(lost.price_to_win_reason or "no GPUs it may use are free for "
+                                 "the hours asked")[:300])
 
 
 def _fill(order: Order, won: winners.Winner, alternative: int, gpu_model: str, by_node, keys,
