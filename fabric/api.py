@@ -265,6 +265,9 @@ class FabricReportView(APIView):
         provider = organization_of(request)
         if not provider.is_provider:
             raise PermissionDenied("Only providers run fabric agents.")
+        if not Fabric.objects.filter(name=name, owner=provider).exists():
+            # another provider's fabric is as unknown as a missing one, whatever the body says
+            raise NotFound(f"You have no fabric {name!r}: import it first.")
         form = FabricReportSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         answer = services.record_fabric_report(provider=provider, fabric_name=name,

@@ -93,6 +93,7 @@ from market.core.winners_solver import (
     node_need,
     solve_mip,
 )
+from pool.core.workloads import why_runtimes
 
 DEFAULT_TIME_LIMIT_S = 5.0
 MIP_MAX_COLUMNS = 20_000  # `take` columns: above this the book is solved by decomposition
@@ -407,7 +408,7 @@ def _with_prices_to_win(levels, bids, options, nodes_by_market, markets, sales, 
             for i in mine:
                 option = options[i]
                 if not fits_somewhere(option):
-                    reasons.append(_fits_nowhere(option, levels))
+                    reasons.append(_fits_nowhere(option, nodes_by_market[option.market]))
                     continue
                 if method == "integer programme":
                     price, how = _exact_price_to_win(levels, nodes_by_market, options, sales,
@@ -430,21 +431,34 @@ def _with_prices_to_win(levels, bids, options, nodes_by_market, markets, sales, 
                 losers.append(Loser(loser.bid, loser.reason, price, how, alternative))
             else:
                 reason = "; ".join(dict.fromkeys(reasons)) or "it entered no market"
-                losers.append(Loser(loser.bid, f"does not fit: {reason}"
+                losers.append(Loser(loser.bid, reason
                                     if reasons and all("fits nowhere" in r for r in reasons)
                                     else loser.reason, None, reason))
         result.append(replace(market, refused=tuple(losers)))
     return tuple(result)
 
 
-def _fits_nowhere(option: Option, levels: Sequence[str]) -> str:
-    topology = option.shape.topology
-    where = (f"no {topology.required} domain" if topology.required else "the market")
+def _fits_nowhere(option: Option, nodes: Sequence[NodeOffer]) -> str:
+    """Why no limit would win it: too few GPUs on nodes that can run it, too few in the
+    market, or no domain of its required level (or slices) that holds it."""
+    shape = option.shape
+    free = sum(len(node.reserve_micros) for node in nodes)
+    if shape.runtimes is not None:
+        usable = sum(len(node.reserve_micros) for node in nodes
+                     if node.runtime in shape.runtimes)
+        if usable < shape.gpus <= free:
+            return (f"fits nowhere at any price: only {usable} of {shape.gpus} GPUs are on "
+                    f"nodes that can run it; {why_runtimes(shape.runtimes)}")
+    if free < shape.gpus:
+        return (f"fits nowhere at any price: the {option.market} market has {free} free "
+                f"GPUs for {shape.gpus}")
+    topology = shape.topology
+    where = f"no {topology.required} domain" if topology.required else "no placement"
     sliced = (f" in slices of {topology.slice_size}" if topology.slice_size
               and topology.slice_size > 1 else "")
-    runtimes = " on nodes that can run it" if option.shape.runtimes is not None else ""
-    return (f"fits nowhere at any price: {where} of {option.market} has "
-            f"{option.shape.gpus} free GPUs{sliced}{runtimes}")
+    runs = " on nodes that can run it" if shape.runtimes is not None else ""
+    return (f"fits nowhere at any price: {where} of the {option.market} market holds "
+            f"{shape.gpus} free GPUs{sliced}{runs}")
 
 
 def _exact_price_to_win(levels, nodes_by_market, options, sales, optimum, index,

@@ -108,7 +108,8 @@ def test_an_auction_bid_with_a_workload_is_not_matched_to_nodes_that_run_nothing
 
     assert [r["order"] for r in cleared.refused] == [work.pk]
     work.refresh_from_db()
-    assert work.reason == f"only 8 of 16 GPUs are on nodes that can run it; {RUNS_COMMANDS}"
+    assert work.reason == ("fits nowhere at any price: only 8 of 16 GPUs are on nodes that can "
+                           f"run it; {RUNS_COMMANDS}")
     small_lease = Order.objects.get(pk=small.pk).lease
     assert hosts_of(small_lease.pk) == {runs.hostname}
     assert Order.objects.get(pk=plain.pk).state == "filled"

@@ -145,7 +145,8 @@ def test_an_auction_bid_without_a_slurm_account_does_not_win_slurm_gpus(provider
 
     assert [r["order"] for r in cleared.refused] == [large.pk]
     large.refresh_from_db()
-    assert large.reason == f"only 16 of 24 GPUs are on nodes that can run it; {NEEDS_AN_ACCOUNT}"
+    assert large.reason == ("fits nowhere at any price: only 16 of 24 GPUs are on nodes that "
+                            f"can run it; {NEEDS_AN_ACCOUNT}")
     plain.refresh_from_db()
     assert hosts_of(plain.lease_id) == {third.hostname, fourth.hostname}
     named.refresh_from_db()
