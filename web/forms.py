@@ -135,6 +135,10 @@ class OrderForm(forms.Form):
         self.alternatives = [AlternativeForm(data, prefix=f"alt-{row}", empty_permitted=True,
                                              use_required_attribute=False)
                              for row in range(ALTERNATIVE_ROWS)]
+        for row, alternative in enumerate(self.alternatives, start=1):
+            # each field named for its row, so a screen reader (and a test) tells them apart
+            for field in alternative.fields.values():
+                field.label = f"Alternative {row}: {field.label}"
 
     def filled_alternatives(self) -> list[AlternativeForm]:
         return [row for row in self.alternatives if row.has_changed()]

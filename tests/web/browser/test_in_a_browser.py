@@ -65,10 +65,10 @@ def test_a_tenant_signs_up_orders_gpus_and_sees_the_lease(page, screenshot):
     money.grant_credit(organization=tenant, amount_micros=5_000 * 1_000_000,
                        reason="welcome credit", actor="test")
 
-    page.get_by_label("GPU model").select_option("H100-80GB")
+    page.get_by_label("GPU model", exact=True).select_option("H100-80GB")
     page.get_by_label("GPUs", exact=True).fill("16")
     page.get_by_label("Hours", exact=True).fill("4")
-    page.get_by_label("Limit per GPU-hour ($)").fill("2.50")
+    page.get_by_label("Limit per GPU-hour ($)", exact=True).fill("2.50")
     page.get_by_label("Keep GPUs within").select_option("leaf")
     page.get_by_role("button", name="Place order").click()
 
