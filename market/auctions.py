@@ -260,7 +260,8 @@ def _fill(order: Order, won: winners.Winner, alternative: int, gpu_model: str, b
     order.lease = lease
     change_order_state(order, OS.FILLED, actor="market",
                        reason=f"won at {won.price_micros} µ$/GPU-hour"
-                              + (f" (alternative {alternative})" if order.alternatives else ""))
+                              + (f" (alternative {alternative + 1} of {len(order.alternatives)})"
+                                 if order.alternatives else ""))
     return {"order": order.pk, "lease": lease.pk, "gpus": order.gpus,
             "alternative": alternative, "price_micros": won.price_micros}
 

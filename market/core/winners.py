@@ -67,7 +67,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-from billing.core.money import MICROS_PER_DOLLAR, ROUNDING
+from billing.core.money import MICROS_PER_DOLLAR, ROUNDING, to_dollars
 from market.core.clearing import (
     ONE_MICRO,
     Bid,
@@ -369,8 +369,8 @@ def _markets(levels, bids, options, nodes_by_market, sales, welfare, bound, opti
             accepted.append(Winner(bids[option.order], option.alternative, option.shape,
                                    dict(sale.assignment), dict(sale.reserves_micros),
                                    min(price, option.shape.limit_micros)))
-        refused = [Loser(bids[i], "outbid: the welfare-maximising clearing gave the GPUs it "
-                                  "could use to bids worth more") for i in refused_orders]
+        refused = [Loser(bids[i], _why_refused(i, options, nodes_by_market))
+                   for i in refused_orders]
         market_welfare = dollars(sum((_surplus(options[s.option].shape, s.reserves_micros)
                                       for s in market_sales), Decimal(0)))
         market_bound = market_welfare if optimal else market_welfare + slack
@@ -378,6 +378,24 @@ def _markets(levels, bids, options, nodes_by_market, sales, welfare, bound, opti
                                     _gap(market_welfare, market_bound), optimal,
                                     tuple(accepted), tuple(refused), method))
     return tuple(markets)
+
+
+def _why_refused(order: int, options: Sequence[Option],
+                 nodes_by_market: Mapping[str, Sequence[NodeOffer]]) -> str:
+    """A refused bid's reason: below every reserve it could take, or outbid."""
+    below = []
+    for option in options:
+        if option.order != order:
+            continue
+        lowest = min((p for node in nodes_by_market[option.market] for p in node.reserve_micros),
+                     default=None)
+        if lowest is None or option.shape.limit_micros >= lowest:
+            return ("outbid: the welfare-maximising clearing gave the GPUs it could use to "
+                    "bids worth more")
+        below.append((option.shape.limit_micros, lowest, option.market))
+    limit, lowest, market = min(below, key=lambda item: item[1] - item[0])
+    return (f"the limit {to_dollars(limit)} is below the lowest reserve price in the {market} "
+            f"market, {to_dollars(lowest)} per GPU-hour")
 
 
 # --- price to win --------------------------------------------------------------------------

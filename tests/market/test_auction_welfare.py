@@ -121,3 +121,15 @@ def test_an_exported_book_replays_to_the_same_winners(db, tmp_path):
     assert market["welfare"] == str(cleared.welfare.normalize()) or \
         Decimal(market["welfare"]) == cleared.welfare
     assert sum(market["accepted"][0]["assignment"].values()) == 16
+
+
+def test_a_bid_below_every_reserve_is_told_so_and_what_would_win(db):
+    market_with_32_gpus_at(1_000_000)
+    cheap = bid(funded_tenant("cheap-ai"), 8, 500_000)
+
+    auctions.clear_markets()
+
+    cheap.refresh_from_db()
+    assert cheap.reason == ("the limit 0.50 is below the lowest reserve price in the H100-80GB "
+                            "market, 1.00 per GPU-hour")
+    assert cheap.price_to_win_micros == 1_010_000  # at 1.00 it would add no welfare
