@@ -203,10 +203,20 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
     keys = {key.host: key for key in by_node}
     for market in result.markets:
         record = records[market.gpu_model]
-        accepted = [_fill(by_id[won.bid.id], won, positions[won.bid.id][won.alternative],
-                          market.gpu_model, by_node, keys, now) for won in market.accepted]
-        refused = [_refuse(by_id[lost.bid.id], lost, positions[lost.bid.id])
-                   for lost in market.refused]
+        accepted, refused = [], []
+        for won in market.accepted:
+            order = by_id[won.bid.id]
+            filled = _fill(order, won, positions[won.bid.id][won.alternative],
+                           market.gpu_model, by_node, keys, now)
+            if filled is not None:
+                accepted.append(filled)
+                continue
+            reason = ("won, but another lease took its GPUs while the clearing ran; it rests "
+                      "for the next clearing")
+            Order.objects.filter(pk=order.pk).update(reason=reason)
+            refused.append({"order": order.pk, "reason": reason, "price_to_win_micros": None})
+        refused += [_refuse(by_id[lost.bid.id], lost, positions[lost.bid.id])
+                    for lost in market.refused]
         record.price_micros = market.clearing_price_micros
         record.gpus_sold = sum(a["gpus"] for a in accepted)
         record.accepted, record.refused = accepted, refused
@@ -241,7 +251,18 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
 
 
 def _fill(order: Order, won: winners.Winner, alternative: int, gpu_model: str, by_node, keys,
-          now: datetime) -> dict:
+          now: datetime) -> dict | None:
+    """The winner's lease on the GPUs it won; None, with nothing changed, when an on-demand
+    order took one of them while the clearing ran (the database refuses the overlap)."""
+    try:
+        with transaction.atomic():
+            return _fill_now(order, won, alternative, gpu_model, by_node, keys, now)
+    except leasing.GpusUnavailable:
+        return None
+
+
+def _fill_now(order: Order, won: winners.Winner, alternative: int, gpu_model: str, by_node,
+              keys, now: datetime) -> dict:
     if order.alternatives:  # the order now says which of its shapes it bought
         shape = order.alternatives[alternative]
         order.gpus, order.hours = shape["gpus"], shape["hours"]

@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from market import auctions, orders, prices
+from market.core import winners
 from market.core.book import read_book
 from market.core.winners import clear_welfare
 from market.models import Lease, Order
@@ -133,3 +134,25 @@ def test_a_bid_below_every_reserve_is_told_so_and_what_would_win(db):
     assert cheap.reason == ("the limit 0.50 is below the lowest reserve price in the H100-80GB "
                             "market, 1.00 per GPU-hour")
     assert cheap.price_to_win_micros == 1_010_000  # at 1.00 it would add no welfare
+
+
+def test_a_winner_whose_gpus_an_on_demand_order_took_meanwhile_rests_and_the_clearing_stands(
+        db, monkeypatch):
+    market_with_32_gpus_at(1_000_000)
+    winner = bid(funded_tenant("slow-ai"), 32, 3_000_000)
+    solve = winners.clear_welfare
+
+    def solve_while_someone_orders(*args, **kwargs):
+        answer = solve(*args, **kwargs)
+        orders.place_order(tenant=funded_tenant("fast-ai"), actor="fast", request=orders.OrderRequest(
+            gpu_models=["H100-80GB"], gpus=8, hours=1, tier="on_demand",
+            max_price_micros=2_000_000))
+        return answer
+
+    monkeypatch.setattr(winners, "clear_welfare", solve_while_someone_orders)
+    [cleared] = auctions.clear_markets()
+
+    winner.refresh_from_db()
+    assert winner.state == "resting" and "another lease took its GPUs" in winner.reason
+    assert cleared.accepted == [] and cleared.refused[0]["order"] == winner.pk
+    assert Lease.objects.filter(tenant__slug="fast-ai").count() == 1
