@@ -84,6 +84,7 @@ from market.core.winners_search import (
     fits_at_any_price,
     greedy,
     lowest_fitting_limits,
+    redeal,
     shape_key,
 )
 from market.core.winners_solver import (
@@ -265,7 +266,8 @@ def clear_welfare(
                           "it names no GPU model offered in this clearing")
                     for index, order in enumerate(bids) if index not in entered)
 
-    incumbent = greedy(levels, nodes_by_market, options, value_order(options, nodes_by_market))
+    incumbent = redeal(options, greedy(levels, nodes_by_market, options,
+                                       value_order(options, nodes_by_market)))
     best = (_welfare_of(options, incumbent), incumbent)
     size = mip_size(nodes_by_market, options, MIP_MAX_COLUMNS)
     shadow: dict[str, Shadow] = {}
@@ -302,8 +304,8 @@ def clear_welfare(
         for order in (first_taken, by_gain):
             if time.perf_counter() > deadline:
                 break
-            other = greedy(levels, nodes_by_market, options, order,
-                           stop=lambda: time.perf_counter() > deadline)
+            other = redeal(options, greedy(levels, nodes_by_market, options, order,
+                                           stop=lambda: time.perf_counter() > deadline))
             if _welfare_of(options, other) > best[0]:
                 best = (_welfare_of(options, other), other)
     welfare_micros, sales = best

@@ -365,3 +365,57 @@ def lowest_fitting_limits(levels: Sequence[str], nodes_by_market: Mapping[str, S
 def fits_at_any_price(stock: MarketStock, shape: Bid, levels: Sequence[str]) -> bool:
     return stock.fits(shape_key(shape, levels), max(
         (prices[-1] for prices in stock.prices.values() if prices), default=0))
+
+
+def free_to_move(shape: Bid) -> bool:
+    """A shape that may take any GPU of its market at or below its limit: no required level,
+    no slices, any runtime."""
+    topology = shape.topology
+    return (topology.required is None and (topology.slice_size or 1) == 1
+            and shape.runtimes is None)
+
+
+def redeal(options: Sequence[Option], sales: Sequence[Sale]) -> list[Sale]:
+    """The same winners, the GPUs sold to the ones free to move (`free_to_move`) dealt again
+    among them so that the longest bids pay the lowest reserves: welfare is the sum of hours x
+    (limit - reserve), so the same GPUs sold to the same bids are worth most when the cheap
+    ones go to the bids of most hours (the greedy, in value order, does not see that).
+
+    Exact for that pool: the dearest GPU goes to the bid of fewest hours among those that may
+    take it (limit at or above its reserve) and still want GPUs, then the next dearest, and so
+    on. Exchanging GPUs between two bids proves it no worse than any other deal, and it never
+    strands a bid: whoever may take a GPU may take every cheaper one."""
+    pools: dict[str, list[int]] = {}
+    for position, sale in enumerate(sales):
+        option = options[sale.option]
+        if free_to_move(option.shape):
+            pools.setdefault(option.market, []).append(position)
+    result = list(sales)
+    for positions in pools.values():
+        gpus = sorted(((price, name) for position in positions
+                       for name, prices in sales[position].reserves_micros.items()
+                       for price in prices), reverse=True)
+        bidders = sorted(positions, key=lambda p: -options[sales[p].option].shape.limit_micros)
+        wanting: list[tuple] = []  # (hours, position): bids that may take the GPU at hand
+        left = {p: options[sales[p].option].shape.gpus for p in positions}
+        dealt: dict[int, dict[str, list[int]]] = {p: {} for p in positions}
+        next_bidder = 0
+        for price, name in gpus:
+            while (next_bidder < len(bidders) and options[
+                    sales[bidders[next_bidder]].option].shape.limit_micros >= price):
+                position = bidders[next_bidder]
+                heapq.heappush(wanting, (options[sales[position].option].shape.hours, position))
+                next_bidder += 1
+            if not wanting:  # cannot happen: the greedy's own deal took this GPU
+                return list(sales)
+            _, position = wanting[0]
+            dealt[position].setdefault(name, []).append(price)
+            left[position] -= 1
+            if not left[position]:
+                heapq.heappop(wanting)
+        for position in positions:
+            reserves = {name: tuple(sorted(prices)) for name, prices in dealt[position].items()}
+            result[position] = Sale(sales[position].option,
+                                    {name: len(prices) for name, prices in reserves.items()},
+                                    reserves)
+    return result
