@@ -367,55 +367,89 @@ def fits_at_any_price(stock: MarketStock, shape: Bid, levels: Sequence[str]) -> 
         (prices[-1] for prices in stock.prices.values() if prices), default=0))
 
 
-def free_to_move(shape: Bid) -> bool:
-    """A shape that may take any GPU of its market at or below its limit: no required level,
-    no slices, any runtime."""
+
+def movable(shape: Bid, levels: Sequence[str], level: str | None) -> bool:
+    """Whether the shape may take any GPU (at or below its limit) within one domain of `level`
+    (None: the market) in place of those it has there: nothing ties its GPUs to nodes (no
+    slices, any runtime) and its required level, if any, is that level or above it. Within
+    one node every bid may, the count on the node staying the same."""
+    if level == levels[-1]:
+        return True
     topology = shape.topology
-    return (topology.required is None and (topology.slice_size or 1) == 1
-            and shape.runtimes is None)
+    if (topology.slice_size or 1) > 1 or shape.runtimes is not None:
+        return False
+    if topology.required is None:
+        return True
+    return level is not None and levels.index(topology.required) <= levels.index(level)
 
 
-def redeal(options: Sequence[Option], sales: Sequence[Sale]) -> list[Sale]:
-    """The same winners, the GPUs sold to the ones free to move (`free_to_move`) dealt again
-    among them so that the longest bids pay the lowest reserves: welfare is the sum of hours x
-    (limit - reserve), so the same GPUs sold to the same bids are worth most when the cheap
-    ones go to the bids of most hours (the greedy, in value order, does not see that).
+def redeal(levels: Sequence[str], nodes_by_market: Mapping[str, Sequence[NodeOffer]],
+           options: Sequence[Option], sales: Sequence[Sale]) -> list[Sale]:
+    """The same winners, their GPUs dealt again so that the longest bids pay the lowest
+    reserves: welfare is the sum of hours x (limit - reserve), so the same GPUs sold to the same
+    bids are worth most when the cheap ones go to the bids of most hours (the greedy, placing
+    in value order, does not see that).
 
-    Exact for that pool: the dearest GPU goes to the bid of fewest hours among those that may
-    take it (limit at or above its reserve) and still want GPUs, then the next dearest, and so
-    on. Exchanging GPUs between two bids proves it no worse than any other deal, and it never
-    strands a bid: whoever may take a GPU may take every cheaper one."""
-    pools: dict[str, list[int]] = {}
-    for position, sale in enumerate(sales):
-        option = options[sale.option]
-        if free_to_move(option.shape):
-            pools.setdefault(option.market, []).append(position)
-    result = list(sales)
-    for positions in pools.values():
-        gpus = sorted(((price, name) for position in positions
-                       for name, prices in sales[position].reserves_micros.items()
-                       for price in prices), reverse=True)
-        bidders = sorted(positions, key=lambda p: -options[sales[p].option].shape.limit_micros)
-        wanting: list[tuple] = []  # (hours, position): bids that may take the GPU at hand
-        left = {p: options[sales[p].option].shape.gpus for p in positions}
-        dealt: dict[int, dict[str, list[int]]] = {p: {} for p in positions}
-        next_bidder = 0
-        for price, name in gpus:
-            while (next_bidder < len(bidders) and options[
-                    sales[bidders[next_bidder]].option].shape.limit_micros >= price):
-                position = bidders[next_bidder]
-                heapq.heappush(wanting, (options[sales[position].option].shape.hours, position))
-                next_bidder += 1
-            if not wanting:  # cannot happen: the greedy's own deal took this GPU
-                return list(sales)
-            _, position = wanting[0]
-            dealt[position].setdefault(name, []).append(price)
-            left[position] -= 1
-            if not left[position]:
-                heapq.heappop(wanting)
-        for position in positions:
-            reserves = {name: tuple(sorted(prices)) for name, prices in dealt[position].items()}
-            result[position] = Sale(sales[position].option,
-                                    {name: len(prices) for name, prices in reserves.items()},
-                                    reserves)
+    Pool by pool: the market (the bids free to take any GPU), then each domain of each level
+    down to the node (the GPUs there of the bids `movable` within it, each bid keeping its
+    count there). Within a pool the deal is exact: the dearest GPU goes to the bid of fewest
+    hours among those that may take it (limit at or above its reserve) and still want GPUs,
+    then the next dearest, and so on. Exchanging GPUs between two bids proves it no worse than
+    any other deal, and it never strands a bid: whoever may take a GPU may take every cheaper
+    one. Every constraint holds as before, so each pool only adds welfare."""
+    domain_of = {node.name: [tuple(node.labels[name] for name in levels[:depth + 1])
+                             for depth in range(len(levels) - 1)] + [(node.name,)]
+                 for nodes in nodes_by_market.values() for node in nodes}
+    held = [{name: list(prices) for name, prices in sale.reserves_micros.items()}
+            for sale in sales]
+    for depth, level in [(-1, None), *enumerate(levels)]:
+        pools: dict[tuple, dict[int, list[tuple[int, str]]]] = {}
+        for position, sale in enumerate(sales):
+            option = options[sale.option]
+            if not movable(option.shape, levels, level):
+                continue
+            for name, prices in held[position].items():
+                if not prices:
+                    continue
+                key = (option.market, () if level is None else domain_of[name][depth])
+                pools.setdefault(key, {}).setdefault(position, []).extend(
+                    (price, name) for price in prices)
+        for parts in pools.values():
+            if len(parts) > 1:
+                _deal(options, sales, held, list(parts.items()))
+    result = []
+    for sale, plan in zip(sales, held, strict=True):
+        reserves = {name: tuple(sorted(prices)) for name, prices in plan.items() if prices}
+        result.append(Sale(sale.option, {name: len(p) for name, p in reserves.items()},
+                           reserves))
     return result
+
+
+def _deal(options, sales, held, parts) -> None:
+    """Deal the parts' GPUs again (see `redeal`), updating `held` in place."""
+    gpus = sorted((gpu for _, mine in parts for gpu in mine), reverse=True)
+    shape_of = {position: options[sales[position].option].shape for position, _ in parts}
+    left = {position: len(mine) for position, mine in parts}
+    bidders = sorted(left, key=lambda position: -shape_of[position].limit_micros)
+    wanting: list[tuple] = []  # (hours, position): the bids that may take the GPU at hand
+    dealt: dict[int, list[tuple[int, str]]] = {position: [] for position in left}
+    next_bidder = 0
+    for price, name in gpus:
+        while (next_bidder < len(bidders)
+               and shape_of[bidders[next_bidder]].limit_micros >= price):
+            position = bidders[next_bidder]
+            heapq.heappush(wanting, (shape_of[position].hours, position))
+            next_bidder += 1
+        if not wanting:  # cannot happen: the current deal gave this GPU to one of them
+            return
+        _, position = wanting[0]
+        dealt[position].append((price, name))
+        left[position] -= 1
+        if not left[position]:
+            heapq.heappop(wanting)
+    for position, mine in parts:
+        plan = held[position]
+        for price, name in mine:
+            plan[name].remove(price)
+        for price, name in dealt[position]:
+            plan.setdefault(name, []).append(price)

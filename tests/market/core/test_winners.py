@@ -362,28 +362,31 @@ def test_alternatives_across_markets_win_at_most_once_and_stay_feasible(monkeypa
 
 def test_redealing_gives_the_longest_bids_the_cheapest_gpus_and_never_loses_welfare():
     from market.core.winners import _welfare_of, options_of, value_order
-    from market.core.winners_search import free_to_move, greedy, redeal
+    from market.core.winners_search import greedy, redeal
 
     rng = random.Random(23)
     for _ in range(20):
         nodes, bids = random_book(rng, nodes=rng.randint(4, 16), bids=rng.randint(6, 20))
         by_market = {H100: nodes}
+        offers = {node.name: node for node in nodes}
         options = options_of(bids, [H100])
         sales = greedy(LEVELS, by_market, options, value_order(options, by_market))
-        dealt = redeal(options, sales)
+        dealt = redeal(LEVELS, by_market, options, sales)
         assert [sale.option for sale in dealt] == [sale.option for sale in sales]
         assert _welfare_of(options, dealt) >= _welfare_of(options, sales)
-        moved_before, moved_after = [], []
+        sold_before, sold_after = [], []
         for before, after in zip(sales, dealt, strict=True):
             shape = options[after.option].shape
             assert sum(after.assignment.values()) == shape.gpus
             assert all(p <= shape.limit_micros for ps in after.reserves_micros.values() for p in ps)
-            if not free_to_move(shape):
-                assert after == before  # a bid with a topology keeps its GPUs
-                continue
-            moved_before += [(n, p) for n, ps in before.reserves_micros.items() for p in ps]
-            moved_after += [(n, p) for n, ps in after.reserves_micros.items() for p in ps]
-        assert sorted(moved_before) == sorted(moved_after)  # the same GPUs, dealt again
+            if shape.topology.required is not None:
+                assert len({domain_key(offers[name], LEVELS, shape.topology.required)
+                            for name in after.assignment}) == 1
+            if shape.topology.slice_size:
+                assert after.assignment == before.assignment  # slices keep their nodes
+            sold_before += [(n, p) for n, ps in before.reserves_micros.items() for p in ps]
+            sold_after += [(n, p) for n, ps in after.reserves_micros.items() for p in ps]
+        assert sorted(sold_before) == sorted(sold_after)  # the same GPUs, dealt again
 
 
 def test_two_unconstrained_winners_swap_gpus_so_the_longer_one_pays_less():
@@ -395,6 +398,6 @@ def test_two_unconstrained_winners_swap_gpus_so_the_longer_one_pays_less():
     options = options_of(bids, [H100])
     sales = [Sale(0, {"n1": 1}, {"n1": (micros("1.50"),)}),
              Sale(1, {"n2": 1}, {"n2": (micros("2.50"),)})]
-    dealt = redeal(options, sales)
+    dealt = redeal(LEVELS, {H100: nodes}, options, sales)
     assert dealt[1].assignment == {"n1": 1} and dealt[0].assignment == {"n2": 1}
     assert _welfare_of(options, dealt) - _welfare_of(options, sales) == 9 * micros("1.00")
