@@ -16,14 +16,15 @@ micro-dollars, the free GPUs of their node); a bid may use a tier at or below it
 nodes hold at least what it needs of one node (all its GPUs for a `node` bid, a slice for
 whole-node slices). Bids of a required `leaf`/`spine`... level are further held by two
 counts per size G: no more bids of at least G GPUs than the domains can hold
-(sum over domains of floor(free / G)), and no more of their GPUs than the domains holding G
-have. Each constraint gets a multiplier (tier prices `pi`, row prices `mu`), and for any
+(sum over domains of floor(free / G)), and no more of their GPUs than the domains can hold of
+those sizes (sum over domains of the largest sum of such sizes within free, `most_packed`). Each constraint gets a multiplier (tier prices `pi`, row prices `mu`), and for any
 non-negative multipliers
     bound = sum of capacity x pi + sum of row limit x mu + sum over orders of
             max(0, max over options of (gpus x max over usable tiers (value - pi) - rows' mu))
 is an upper bound on the welfare of every feasible clearing (weak duality): rounding reserves
 down and every relaxation only raise it. The multipliers are improved by subgradient steps
 (Polyak's rule against the incumbent) until the deadline; the best bound seen is returned.
+Each step finds a bid's best tier over reserves, not tiers (`_CheapestTier`), so thousands fit.
 """
 
 from __future__ import annotations

@@ -401,3 +401,31 @@ def test_two_unconstrained_winners_swap_gpus_so_the_longer_one_pays_less():
     dealt = redeal(LEVELS, {H100: nodes}, options, sales)
     assert dealt[1].assignment == {"n1": 1} and dealt[0].assignment == {"n2": 1}
     assert _welfare_of(options, dealt) - _welfare_of(options, sales) == 9 * micros("1.00")
+
+
+def test_a_domain_holds_the_largest_sum_of_bid_sizes_within_its_free_gpus():
+    from market.core.winners_solver import most_packed
+
+    assert most_packed(304, [128, 256]) == 256  # a spine of 38 free nodes: 2 x 128 or 256
+    assert most_packed(50, [16, 24]) == 48
+    assert most_packed(7, [3, 5]) == 6
+    assert most_packed(15, [16]) == 0
+
+
+def test_the_lagrangian_bound_holds_the_proven_optimum_on_random_books():
+    import time
+
+    from market.core.winners import _fits_alone, options_of
+    from market.core.winners_solver import lagrangian_bound
+
+    rng = random.Random(29)
+    for _ in range(15):
+        nodes, bids = random_book(rng, nodes=rng.randint(4, 14), bids=rng.randint(6, 16))
+        by_market = {H100: nodes}
+        options = options_of(bids, [H100])
+        bound = lagrangian_bound(LEVELS, by_market, options,
+                                 _fits_alone(LEVELS, by_market, options),
+                                 time.perf_counter() + 0.5, incumbent=0.0)[0]
+        exact = solve_exact(LEVELS, nodes, bids)
+        assert exact.optimal
+        assert bound * (1 + 1e-9) + 1e-6 >= float(exact.welfare)
