@@ -303,12 +303,29 @@ def clear_welfare(
         by_gain = sorted((i for i in gains if gains[i] > 0),
                          key=lambda i: (-gains[i], auction_order(options[i].shape)))
         taken = set(by_gain)
+        in_value_order = value_order(options, nodes_by_market)
+        pass_started = time.perf_counter()
         other = greedy(levels, nodes_by_market, options, by_gain + [
-            i for i in value_order(options, nodes_by_market) if i not in taken],
+            i for i in in_value_order if i not in taken],
             stop=lambda: time.perf_counter() > deadline)
         other = redeal(levels, nodes_by_market, options, other)
         if _welfare_of(options, other) > best[0]:
             best = (_welfare_of(options, other), other)
+        # a third, when the budget holds one more pass: the best incumbent's winners placed
+        # again longest first (the cheapest domains to the bids of most hours), then the rest;
+        # on books of a few hundred bids it gained up to 1 %; on 10,000 it packs worse, and
+        # the budget, which the bound has used most of, skips it
+        one_pass = time.perf_counter() - pass_started
+        if time.perf_counter() + 2 * one_pass < deadline:
+            won = {sale.option for sale in best[1]}
+            longest_first = sorted(won, key=lambda i: (-options[i].shape.hours,
+                                                       -options[i].shape.gpus, i))
+            other = redeal(levels, nodes_by_market, options, greedy(
+                levels, nodes_by_market, options,
+                longest_first + [i for i in in_value_order if i not in won],
+                stop=lambda: time.perf_counter() > deadline - one_pass / 2))  # room to redeal
+            if _welfare_of(options, other) > best[0]:
+                best = (_welfare_of(options, other), other)
     welfare_micros, sales = best
     welfare = dollars(welfare_micros)
     # floats summed over thousands of terms: a relative margin keeps the bound an upper bound
