@@ -327,6 +327,9 @@ def clear_welfare(
             if _welfare_of(options, other) > best[0]:
                 best = (_welfare_of(options, other), other)
     welfare_micros, sales = best
+    # a winner that adds no welfare (every GPU at its limit) is a tie, not a win: it loses,
+    # as its price to win (the lowest limit that adds welfare) says
+    sales = [sale for sale in sales if _surplus(options[sale.option].shape, sale.reserves_micros)]
     welfare = dollars(welfare_micros)
     # floats summed over thousands of terms: a relative margin keeps the bound an upper bound
     bound_dollars = bound_dollars * (1 + 1e-9) + 1e-6

@@ -30,6 +30,7 @@ LOOK_PAST = 256
 # reserves taken: $1 keeps large free domains whole for the big bids that need them (on the
 # benchmark's 10,000 bids: +2.7 % welfare over the cheapest domain with best fit on ties)
 LEFT_OVER_MICROS = 1_000_000
+WHOLE_NODE_MICROS = 1_000_000
 
 Plan = dict[str, int]  # node -> GPUs
 
@@ -83,7 +84,8 @@ class MarketStock:
             self.domains[level] = groups
         self.version: dict[tuple, int] = {}
         self.heaps: dict[ShapeKey, list] = {}
-        self.cheapest: list | None = None  # (price, node, sold) per node: the global heap
+        self.cheapest: list | None = None  # (rank, node, sold) per node: the global heap
+        self.whole = max((len(prices) for prices in self.prices.values()), default=0)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -133,12 +135,15 @@ class MarketStock:
                 name = names[0]
                 taken = self.next_prices(name, key.gpus)
                 return sum(taken), taken[-1], total - key.gpus, {name: key.gpus}
-            gpus = sorted((price, name) for name in names for price in
-                          self.next_prices(name, self.available(name)))[:key.gpus]
+            # by rank: a node still whole is broken last (`_rank`)
+            ranked = sorted((self._rank(name, self.sold[name] + at), price, name)
+                            for name in names for at, price in
+                            enumerate(self.next_prices(name, self.available(name))))[:key.gpus]
             plan: Plan = {}
-            for _, name in gpus:
+            for _, _, name in ranked:
                 plan[name] = plan.get(name, 0) + 1
-            return sum(p for p, _ in gpus), gpus[-1][0], total - key.gpus, plan
+            return (sum(rank for rank, _, _ in ranked), max(price for _, price, _ in ranked),
+                    total - key.gpus, plan)
         size = key.slice_size
         if key.slice_level == self.node_level:
             for name in names:
@@ -234,11 +239,20 @@ class MarketStock:
             heapq.heappush(heap, entry)
         return None if found_plan is None else dict(found_plan)
 
+    def _rank(self, name: str, index: int) -> int:
+        """What a bid free to go anywhere counts for a node's GPU `index`: its reserve, plus
+        `WHOLE_NODE_MICROS` for the first GPU of a node still whole (one of the market's
+        largest, nothing sold), which bids needing whole nodes may want."""
+        price = self.prices[name][index]
+        if index == 0 and len(self.prices[name]) == self.whole:
+            return price + WHOLE_NODE_MICROS
+        return price
+
     def _cheapest_anywhere(self, key: ShapeKey, limit: int) -> Plan | None:
-        """The market's cheapest GPUs, wherever they are, from one heap of each node's
-        cheapest unsold GPU (one valid entry per node: its price at its current `sold`)."""
+        """The market's cheapest GPUs (by `_rank`), wherever they are, from one heap of each
+        node's cheapest unsold GPU (one valid entry per node: its rank at its current `sold`)."""
         if self.cheapest is None:
-            self.cheapest = [(self.prices[name][0], name, 0) for name in self.prices
+            self.cheapest = [(self._rank(name, 0), name, 0) for name in self.prices
                              if self.prices[name]]
             heapq.heapify(self.cheapest)
         heap = self.cheapest
@@ -255,21 +269,24 @@ class MarketStock:
                 if entry[2] == self.sold[entry[1]]:
                     aside.append(entry)  # valid, but this bid may not use the node
             if heap and (not local or heap[0] < local[0]):
-                price, name, index = heapq.heappop(heap)
+                rank, name, index = heapq.heappop(heap)
                 touched.append(name)
             elif local:
-                price, name, index = heapq.heappop(local)
+                rank, name, index = heapq.heappop(local)
             else:
                 break
-            if price > limit:
-                break
+            if rank > limit + WHOLE_NODE_MICROS:
+                break  # every GPU left is dearer than the limit
+            if self.prices[name][index] > limit:
+                continue  # too dear, and so are the node's next GPUs
             plan[name] = plan.get(name, 0) + 1
             got += 1
             if index + 1 < len(self.prices[name]):
-                heapq.heappush(local, (self.prices[name][index + 1], name, index + 1))
+                heapq.heappush(local, (self._rank(name, index + 1), name, index + 1))
         # put back what was looked at: the sale, if any, pushes fresh entries itself
         for name in touched:
-            heapq.heappush(heap, (self.prices[name][self.sold[name]], name, self.sold[name]))
+            if self.available(name):
+                heapq.heappush(heap, (self._rank(name, self.sold[name]), name, self.sold[name]))
         for entry in aside:
             heapq.heappush(heap, entry)
         return plan if got == key.gpus else None
@@ -289,7 +306,7 @@ class MarketStock:
                                                                      (name,)) + 1
             self.version[(None, ())] = self._version(None, ()) + 1
             if self.cheapest is not None and self.available(name):
-                heapq.heappush(self.cheapest, (self.prices[name][self.sold[name]], name,
+                heapq.heappush(self.cheapest, (self._rank(name, self.sold[name]), name,
                                                self.sold[name]))
         return taken
 
