@@ -16,14 +16,15 @@ micro-dollars, the free GPUs of their node); a bid may use a tier at or below it
 nodes hold at least what it needs of one node (all its GPUs for a `node` bid, a slice for
 whole-node slices). Bids of a required `leaf`/`spine`... level are further held by two
 counts per size G: no more bids of at least G GPUs than the domains can hold
-(sum over domains of floor(free / G)), and no more of their GPUs than the domains holding G
-have. Each constraint gets a multiplier (tier prices `pi`, row prices `mu`), and for any
+(sum over domains of floor(free / G)), and no more of their GPUs than the domains can hold of
+those sizes (sum over domains of the largest sum of such sizes within free, `most_packed`). Each constraint gets a multiplier (tier prices `pi`, row prices `mu`), and for any
 non-negative multipliers
     bound = sum of capacity x pi + sum of row limit x mu + sum over orders of
             max(0, max over options of (gpus x max over usable tiers (value - pi) - rows' mu))
 is an upper bound on the welfare of every feasible clearing (weak duality): rounding reserves
 down and every relaxation only raise it. The multipliers are improved by subgradient steps
 (Polyak's rule against the incumbent) until the deadline; the best bound seen is returned.
+Each step finds a bid's best tier over reserves, not tiers (`_CheapestTier`), so thousands fit.
 """
 
 from __future__ import annotations
@@ -315,11 +316,25 @@ def _slot_rows(levels, nodes_by_market, options, chosen):
             key = domain_key(node, levels, level)
             free[key] = free.get(key, 0) + gpus
         sizes = sorted({options[chosen[row]].shape.gpus for row in members})
-        for gpus in sizes:
+        for at, gpus in enumerate(sizes):
             rows_in = np.array([row for row in members if options[chosen[row]].shape.gpus >= gpus])
             rows.append((rows_in, False, float(sum(f // gpus for f in free.values()))))
-            rows.append((rows_in, True, float(sum(f for f in free.values() if f >= gpus))))
+            rows.append((rows_in, True, float(sum(most_packed(f, sizes[at:])
+                                                  for f in free.values()))))
     return rows
+
+
+def most_packed(free: int, sizes: Sequence[int]) -> int:
+    """The largest total of bid sizes (each size any number of times) at or below `free`: what
+    a domain with `free` GPUs can hold of bids of these sizes. Tighter than `free` itself: a
+    spine with 304 whole-node GPUs holds 256 of 128- and 256-GPU bids, not 304."""
+    reachable, mask = 1, (1 << (free + 1)) - 1
+    for size in sizes:
+        shift = size
+        while shift <= free:  # doubling shifts add every multiple of the size
+            reachable |= (reachable << shift) & mask
+            shift *= 2
+    return reachable.bit_length() - 1
 
 
 def _starting_prices(value, tier_price, cap, gpus, hours, limit):
@@ -340,6 +355,55 @@ def _starting_prices(value, tier_price, cap, gpus, hours, limit):
             if bound < best[0]:
                 best = (bound, pi)
     return best[1]
+
+
+_MISSING = 1e18  # the price of a tier that does not exist: no bid takes it
+_NOWHERE = -1e17  # a gain below this: the bid may use no tier
+
+
+class _CheapestTier:
+    """Each bid's best tier under tier prices pi, without a bids x tiers matrix: a bid's value
+    per GPU depends only on the tier's reserve, and the node classes it may use are those at or
+    above its need, so the best tier at each reserve is the class at or above the need with the
+    lowest pi (a suffix minimum over classes), and the bid only compares reserves: bids x
+    reserves, several times fewer than bids x tiers, so many more subgradient steps fit."""
+
+    def __init__(self, tier_market, tier_price, tier_class, market_of, need, hours, limit):
+        import numpy as np
+
+        self.prices = np.unique(tier_price)
+        self.classes = np.unique(tier_class)
+        markets = int(tier_market.max()) + 1
+        self.tier_at = np.full((markets, len(self.prices), len(self.classes)), -1)
+        self.tier_at[tier_market, np.searchsorted(self.prices, tier_price),
+                     np.searchsorted(self.classes, tier_class)] = np.arange(len(tier_price))
+        self.present = self.tier_at >= 0
+        self.market_of = market_of
+        # the first class at or above each bid's need (past the last: the bid fits no node)
+        self.need_at = np.minimum(np.searchsorted(self.classes, need), len(self.classes) - 1)
+        fits = np.searchsorted(self.classes, need) < len(self.classes)
+        value = hours[:, None] * (limit[:, None] - self.prices[None, :]) / MICROS_PER_DOLLAR
+        allowed = (self.prices[None, :] <= limit[:, None]) & fits[:, None]
+        self.value = np.where(allowed, value, -_MISSING)
+
+    def best(self, pi):
+        """(tier, value - pi of that tier per GPU) of each bid; a value below `_NOWHERE`: no
+        tier is open to the bid."""
+        import numpy as np
+
+        price = np.where(self.present, pi[np.maximum(self.tier_at, 0)], _MISSING)
+        lowest = price.copy()
+        at = np.broadcast_to(np.arange(len(self.classes)), price.shape).copy()
+        for c in range(len(self.classes) - 2, -1, -1):  # suffix minimum over the classes
+            later = lowest[:, :, c + 1] < lowest[:, :, c]
+            lowest[:, :, c] = np.where(later, lowest[:, :, c + 1], lowest[:, :, c])
+            at[:, :, c] = np.where(later, at[:, :, c + 1], at[:, :, c])
+        cost = lowest[self.market_of, :, self.need_at]  # bids x reserves
+        reduced = self.value - cost
+        column = np.argmax(reduced, axis=1)
+        rows = np.arange(len(column))
+        tier = self.tier_at[self.market_of, column, at[self.market_of, column, self.need_at]]
+        return np.maximum(tier, 0), reduced[rows, column]
 
 
 def lagrangian_bound(
@@ -391,6 +455,7 @@ def lagrangian_bound(
     by_order = np.argsort(order_ids, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(order_ids[by_order]) != 0])
     pi = _starting_prices(value, tier_price, cap, gpus, hours, limit)
+    cheapest = _CheapestTier(tier_market, tier_price, tier_class, market_of, need, hours, limit)
     mu = np.zeros(len(rows))
     best = (np.inf, pi.copy(), mu.copy())
     step_scale, stale = 1.0, 0
@@ -399,10 +464,8 @@ def lagrangian_bound(
         for (members, per_gpu, _), price in zip(rows, mu, strict=True):
             if price:
                 penalty[members] += price * gpus[members] if per_gpu else price
-        reduced = value - pi[None, :]
-        tier = np.argmax(reduced, axis=1)
-        per_gpu_gain = reduced[np.arange(len(chosen)), tier]
-        gain = np.where(np.isfinite(per_gpu_gain), gpus * per_gpu_gain - penalty, 0.0)
+        tier, per_gpu_gain = cheapest.best(pi)
+        gain = np.where(per_gpu_gain > _NOWHERE, gpus * per_gpu_gain - penalty, 0.0)
         sorted_gain = gain[by_order]
         order_best = np.maximum.reduceat(sorted_gain, starts)
         bound = float(cap @ pi + row_limit @ mu + np.maximum(order_best, 0.0).sum())

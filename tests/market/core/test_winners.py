@@ -355,3 +355,77 @@ def test_alternatives_across_markets_win_at_most_once_and_stay_feasible(monkeypa
             assert winner.shape == [*(winner.bid.alternatives if isinstance(
                 winner.bid, AlternativeBid) else (winner.bid,))][winner.alternative]
         assert clearing.welfare <= clearing.welfare_bound
+
+
+# --- the incumbent at scale ---------------------------------------------------------------
+
+
+def test_redealing_gives_the_longest_bids_the_cheapest_gpus_and_never_loses_welfare():
+    from market.core.winners import _welfare_of, options_of, value_order
+    from market.core.winners_search import greedy, redeal
+
+    rng = random.Random(23)
+    for _ in range(20):
+        nodes, bids = random_book(rng, nodes=rng.randint(4, 16), bids=rng.randint(6, 20))
+        by_market = {H100: nodes}
+        offers = {node.name: node for node in nodes}
+        options = options_of(bids, [H100])
+        sales = greedy(LEVELS, by_market, options, value_order(options, by_market))
+        dealt = redeal(LEVELS, by_market, options, sales)
+        assert [sale.option for sale in dealt] == [sale.option for sale in sales]
+        assert _welfare_of(options, dealt) >= _welfare_of(options, sales)
+        sold_before, sold_after = [], []
+        for before, after in zip(sales, dealt, strict=True):
+            shape = options[after.option].shape
+            assert sum(after.assignment.values()) == shape.gpus
+            assert all(p <= shape.limit_micros for ps in after.reserves_micros.values() for p in ps)
+            if shape.topology.required is not None:
+                assert len({domain_key(offers[name], LEVELS, shape.topology.required)
+                            for name in after.assignment}) == 1
+            if shape.topology.slice_size:
+                assert after.assignment == before.assignment  # slices keep their nodes
+            sold_before += [(n, p) for n, ps in before.reserves_micros.items() for p in ps]
+            sold_after += [(n, p) for n, ps in after.reserves_micros.items() for p in ps]
+        assert sorted(sold_before) == sorted(sold_after)  # the same GPUs, dealt again
+
+
+def test_two_unconstrained_winners_swap_gpus_so_the_longer_one_pays_less():
+    from market.core.winners import _welfare_of, options_of
+    from market.core.winners_search import Sale, redeal
+
+    nodes = [offer("s1/l1/n1", "1.50"), offer("s1/l1/n2", "2.50")]
+    bids = [bid("short", 1, "3.00", hours=1), bid("long", 1, "3.00", hours=10)]
+    options = options_of(bids, [H100])
+    sales = [Sale(0, {"n1": 1}, {"n1": (micros("1.50"),)}),
+             Sale(1, {"n2": 1}, {"n2": (micros("2.50"),)})]
+    dealt = redeal(LEVELS, {H100: nodes}, options, sales)
+    assert dealt[1].assignment == {"n1": 1} and dealt[0].assignment == {"n2": 1}
+    assert _welfare_of(options, dealt) - _welfare_of(options, sales) == 9 * micros("1.00")
+
+
+def test_a_domain_holds_the_largest_sum_of_bid_sizes_within_its_free_gpus():
+    from market.core.winners_solver import most_packed
+
+    assert most_packed(304, [128, 256]) == 256  # a spine of 38 free nodes: 2 x 128 or 256
+    assert most_packed(50, [16, 24]) == 48
+    assert most_packed(7, [3, 5]) == 6
+    assert most_packed(15, [16]) == 0
+
+
+def test_the_lagrangian_bound_holds_the_proven_optimum_on_random_books():
+    import time
+
+    from market.core.winners import _fits_alone, options_of
+    from market.core.winners_solver import lagrangian_bound
+
+    rng = random.Random(29)
+    for _ in range(15):
+        nodes, bids = random_book(rng, nodes=rng.randint(4, 14), bids=rng.randint(6, 16))
+        by_market = {H100: nodes}
+        options = options_of(bids, [H100])
+        bound = lagrangian_bound(LEVELS, by_market, options,
+                                 _fits_alone(LEVELS, by_market, options),
+                                 time.perf_counter() + 0.5, incumbent=0.0)[0]
+        exact = solve_exact(LEVELS, nodes, bids)
+        assert exact.optimal
+        assert bound * (1 + 1e-9) + 1e-6 >= float(exact.welfare)
