@@ -236,6 +236,7 @@ def parse_pkey(value) -> int:
     return number
 
 
+@extend_schema_field({"type": "string", "pattern": "^0x[0-9a-fA-F]{1,4}$", "example": "0x1a2b"})
 class PkeyField(serializers.Field):
     """A P_Key written in hex (`"0x1a2b"`); the full-member bit is dropped (0x9001 is 0x1001)."""
 
