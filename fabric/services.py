@@ -356,7 +356,7 @@ def format_pkey(pkey: int | None) -> str | None:
     return None if pkey is None else f"{pkey:#06x}"
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # inside the binding's transaction: no savepoint of its own
 def sync_partitions(*, hosts_by_holder: dict[str, list[int]], now: datetime | None = None) -> None:
     """Each lease's partitions follow the hosts it is on now (`holder` → host ids, from the
     pool's bindings): on every fabric where it is on two hosts or more it has a live partition
@@ -369,14 +369,16 @@ def sync_partitions(*, hosts_by_holder: dict[str, list[int]], now: datetime | No
     if not hosts_by_holder:
         return
     now = now or timezone.now()
-    fabric_of = dict(Host.objects.filter(
-        pk__in={host for hosts in hosts_by_holder.values() for host in hosts})
-        .values_list("pk", "fabric_id"))
+    several = {host for hosts in hosts_by_holder.values() if len(set(hosts)) >= 2
+               for host in hosts}  # hosts of leases that may need a partition
+    fabric_of = dict(Host.objects.filter(pk__in=several).values_list("pk", "fabric_id")) \
+        if several else {}
     wanted: dict[tuple[int, str], set[int]] = {}
     for holder, hosts in hosts_by_holder.items():
         per_fabric: dict[int, set[int]] = defaultdict(set)
         for host in hosts:
-            per_fabric[fabric_of[host]].add(host)
+            if host in fabric_of:
+                per_fabric[fabric_of[host]].add(host)
         for fabric_id, members in per_fabric.items():
             if len(members) >= 2:  # a lease on one node needs no partition
                 wanted[(fabric_id, holder)] = members
