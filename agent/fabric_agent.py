@@ -343,6 +343,13 @@ class FabricAgent:
                 log.info("%s: reported (%s); links %s active, %s down", self.options.fabric,
                          "reachable" if answer.get("reachable") else "fabric unreachable",
                          links.get("active", "?"), links.get("down", "?"))
+                written = self.partitions_written
+                if written is not None and written.changed:
+                    log.info("%s: partitions.conf written (%d partitions)%s", self.options.fabric,
+                             written.partitions, "; OpenSM signalled" if written.signalled else "")
+                if written is not None and written.missing:
+                    log.warning("%s: member ports not seen, left out of their partitions: %s",
+                                self.options.fabric, ", ".join(written.missing[:10]))
             except ApiError as error:
                 if error.status in (401, 403, 404):
                     raise

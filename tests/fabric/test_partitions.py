@@ -13,10 +13,12 @@ from fabric import services as fabric_services
 from fabric.models import Fabric, Host, Partition
 from ibex.accounts.models import Organization
 from market.models import Allocation
+from pool import services as pool
+from pool.models import Node
 from scheduler import placing
 from scheduler.moves import remediation
 from tests.factories import client_for
-from tests.scheduler.moves.test_remediation import active_lease, fail, setup_market
+from tests.scheduler.moves.test_remediation import active_lease, setup_market
 
 pytestmark = pytest.mark.django_db
 
@@ -73,20 +75,24 @@ def test_an_ended_lease_gives_its_pkey_back_and_the_next_lease_may_take_it():
 
 def test_a_lease_moved_to_another_node_keeps_its_pkey_with_the_new_members():
     client = setup_market()
-    lease = active_lease(client, gpus=9, topology=None, allow_moves=True)
+    lease = active_lease(client, gpus=9, topology={"required": "spine"}, allow_moves=True)  # 8+1
     before = Partition.objects.get(holder=lease.reference, released_at__isnull=True)
     lone = (Allocation.objects.filter(lease=lease).values("gpu__node").order_by()
-            .annotate(n=Count("id")).order_by("n").first())
-    gpu = Allocation.objects.filter(lease=lease, gpu__node=lone["gpu__node"]).first().gpu
+            .annotate(n=Count("id")).order_by("n").first())["gpu__node"]
+    left = Node.objects.get(pk=lone)
 
-    fail(gpu)
-    remediation.remediate_leases()
+    # every GPU of the node holding its one GPU fails: it must move to another node
+    pool.record_heartbeat(node=left, gpus=[{"index": i, "ecc_errors": 1} for i in range(8)],
+                          ib_ports=[], serving=[])
+    outcome = remediation.remediate_leases()
 
     after = Partition.objects.get(holder=lease.reference, released_at__isnull=True)
     now = timezone.now()
     hosts = set(Allocation.objects.filter(lease=lease, period__contains=now)
                 .values_list("gpu__node__host_id", flat=True))
+    assert outcome == {lease.pk: "moved"}
     assert after.pk == before.pk and after.pkey == before.pkey
+    assert left.host_id not in hosts and len(hosts) == 2
     assert set(after.hosts.values_list("pk", flat=True)) == hosts
 
 
