@@ -145,9 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     fabric.add_argument("--interval", type=_positive_float, default=DEFAULT_INTERVAL_S,
                         help=f"seconds between polls (default: {DEFAULT_INTERVAL_S:g})")
     fabric.add_argument("--opensm-conf-dir", type=Path, default=None,
-                        help="the directory of the opensm.conf OpenSM runs with")
+                        help="the directory of the opensm.conf OpenSM runs with: the agent "
+                             "writes the leases' partitions into its partitions.conf")
     fabric.add_argument("--opensm-pid-file", type=Path, default=None,
-                        help="OpenSM's pid file: reported as whether the subnet manager runs")
+                        help="OpenSM's pid file: reported as whether the subnet manager runs, "
+                             "and sent SIGHUP when partitions.conf changed")
     fabric.add_argument("--command-timeout", type=_positive_float, default=DEFAULT_COMMAND_TIMEOUT_S,
                         help="seconds a diagnostic may take before the fabric counts as "
                              f"unreachable (default: {DEFAULT_COMMAND_TIMEOUT_S:g})")
@@ -427,8 +429,13 @@ def command_fabric(args: argparse.Namespace) -> int:
     if args.once:
         answer = agent.poll_once()
         links = answer.get("links", {})
+        written = agent.partitions_written
+        partitions = "" if written is None else (
+            f"; partitions {written.partitions}"
+            f"{' written' if written.changed else ' unchanged'}"
+            f"{', OpenSM signalled' if written.signalled else ''}")
         print(f"{args.fabric}: {'reachable' if answer.get('reachable') else 'unreachable'}; "
-              f"links {links.get('active', 0)} active, {links.get('down', 0)} down")
+              f"links {links.get('active', 0)} active, {links.get('down', 0)} down{partitions}")
         return 0
     stop_on_signals(stop)
     log.info("%s: reporting to %s every %g s", args.fabric, args.server, args.interval)

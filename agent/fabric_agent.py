@@ -13,6 +13,7 @@ the server keeps its last view, and never reads a failed poll as every cable dow
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from agent.client import ApiClient, ApiError, ServerTrouble, Unreachable
 from agent.errors import AgentError
+from fabric.core import partitions as partition_file
 from fabric.core.diags import (
     DiagsFormatError,
     Discovery,
@@ -110,6 +112,8 @@ class FabricReader:
     run: Callable[[list[str], float, dict | None], str] = run_diag
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
+    discovery: Discovery | None = None  # the last poll's that reached the fabric
+
     def read(self) -> tuple[dict, dict | None]:
         """(the report's header and counters, its topology section or None when unreachable)."""
         started, observed_at = time.monotonic(), self.clock()
@@ -126,6 +130,7 @@ class FabricReader:
                 header.update(reachable=False, error=str(error)[:ERROR_LENGTH], topology_hash="",
                               poll_s=round(time.monotonic() - started, 3))
                 return header, None
+            self.discovery = discovery
             states, state_error = self.read_port_states(discovery, cache)
             if self.tool_for(discovery) == "ibqueryerrors":
                 counters, failures = self.read_fabric_counters(discovery, cache)
@@ -234,6 +239,61 @@ def subnet_manager_section(conf_dir: Path | None, pid_file: Path | None) -> dict
     return section
 
 
+PARTITIONS_FILE = "partitions.conf"
+
+
+@dataclass
+class PartitionsWritten:
+    changed: bool  # the file's content changed (and so was written)
+    signalled: bool  # OpenSM was sent SIGHUP
+    partitions: int
+    missing: list[str]  # member ports not in the discovery (cable down): left out
+    error: str = ""
+
+
+def read_partitions_file(conf_dir: Path) -> str:
+    try:
+        return (conf_dir / PARTITIONS_FILE).read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def write_partitions_file(conf_dir: Path, partitions: list[dict],
+                          port_guid: Callable[[str, int], str | None],
+                          pid_file: Path | None) -> PartitionsWritten:
+    """Write IBEX's block of ``DIR/partitions.conf`` (the provider's lines kept as they are)
+    atomically: a temporary file in the same directory, renamed over the old one, so OpenSM
+    never reads half a file. Only when the content changes is the file written and OpenSM
+    (the pid in `pid_file`) sent SIGHUP, on which it re-reads it and re-programs the ports."""
+    current = read_partitions_file(conf_dir)
+    lines, missing = partition_file.block(partitions, port_guid)
+    text = partition_file.render(current, lines)
+    if text == current:
+        return PartitionsWritten(False, False, len(partitions), missing)
+    handle, temporary = tempfile.mkstemp(dir=conf_dir, prefix=".partitions.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, conf_dir / PARTITIONS_FILE)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    signalled, error = False, ""
+    if pid_file is None:
+        error = "no --opensm-pid-file: OpenSM was not told to re-read partitions.conf"
+    else:
+        try:
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGHUP)
+            signalled = True
+        except (OSError, ValueError, IndexError) as exc:
+            error = f"OpenSM not signalled ({pid_file}): {exc}"
+    return PartitionsWritten(True, signalled, len(partitions), missing, error)
+
+
 class FabricAgent:
     def __init__(self, options: FabricAgentOptions, client: ApiClient | None = None,
                  reader: FabricReader | None = None, stop: threading.Event | None = None):
@@ -243,6 +303,7 @@ class FabricAgent:
                                              env=options.env, counters_tool=options.counters_tool)
         self.stop = stop or threading.Event()
         self.acknowledged_hash: str | None = None  # the topology the server holds
+        self.partitions_written: PartitionsWritten | None = None  # the last poll's
 
     def poll_once(self) -> dict:
         """Read the fabric and report it; the server's answer."""
@@ -250,6 +311,10 @@ class FabricAgent:
         sm = subnet_manager_section(self.options.opensm_conf_dir, self.options.opensm_pid_file)
         if sm is not None:
             report["subnet_manager"] = sm
+        conf_dir = self.options.opensm_conf_dir
+        if conf_dir is not None:
+            report["provider_pkeys"] = [
+                f"{key:#06x}" for key in partition_file.provider_pkeys(read_partitions_file(conf_dir))]
         send_topology = topology is not None and report["topology_hash"] != self.acknowledged_hash
         answer = self.client.fabric_report(self.options.token, self.options.fabric,
                                            {**report, **(topology if send_topology else {})})
@@ -259,6 +324,14 @@ class FabricAgent:
                                                {**report, **topology})
         if report["reachable"]:
             self.acknowledged_hash = answer.get("topology_hash")
+        discovery = getattr(self.reader, "discovery", None)
+        if conf_dir is not None and "partitions" in answer and discovery is not None:
+            self.partitions_written = write_partitions_file(
+                conf_dir, answer["partitions"],
+                lambda guid, port: discovery.ca_ports.get((guid, port)),
+                self.options.opensm_pid_file)
+            if self.partitions_written.error:
+                log.warning("%s: %s", self.options.fabric, self.partitions_written.error)
         return answer
 
     def run_forever(self) -> None:
@@ -270,6 +343,13 @@ class FabricAgent:
                 log.info("%s: reported (%s); links %s active, %s down", self.options.fabric,
                          "reachable" if answer.get("reachable") else "fabric unreachable",
                          links.get("active", "?"), links.get("down", "?"))
+                written = self.partitions_written
+                if written is not None and written.changed:
+                    log.info("%s: partitions.conf written (%d partitions)%s", self.options.fabric,
+                             written.partitions, "; OpenSM signalled" if written.signalled else "")
+                if written is not None and written.missing:
+                    log.warning("%s: member ports not seen, left out of their partitions: %s",
+                                self.options.fabric, ", ".join(written.missing[:10]))
             except ApiError as error:
                 if error.status in (401, 403, 404):
                     raise

@@ -16,6 +16,7 @@ from agent.ibports import IbPort
 # the PATH of a lease account, as a login shell on Debian/Ubuntu would set it
 ACCOUNT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PKEY = re.compile(r"^0x[0-9a-f]{4}$")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Launch:
     node_addrs: list[str] = field(default_factory=list)
     master_addr: str | None = None
     master_port: int | None = None  # None on rank 0: its agent picks one
+    ib_pkey: str | None = None  # the lease's InfiniBand partition (0x1a2b); None on one node
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +55,9 @@ def parse_launch(data: dict) -> Launch:
     if path.is_absolute() or ".." in path.parts:
         raise ValueError("workdir leaves the home")
     master_port = data.get("master_port")
+    ib_pkey = data.get("ib_pkey")
+    if ib_pkey is not None and not _PKEY.match(_text(ib_pkey)):
+        raise ValueError("bad ib_pkey")
     return Launch(
         generation=int(data["generation"]),
         command=command,
@@ -64,6 +69,7 @@ def parse_launch(data: dict) -> Launch:
         node_addrs=[_text(addr) for addr in _list(data.get("node_addrs") or [])],
         master_addr=_text(data["master_addr"]) if data.get("master_addr") else None,
         master_port=int(master_port) if master_port is not None else None,
+        ib_pkey=ib_pkey,
     )
 
 
@@ -117,6 +123,10 @@ def launch_env(
         for name in MPS_VARIABLES:
             env.pop(name, None)
         env.update(part_variables)
+    if launch.ib_pkey:  # the partition IBEX gave the lease: the tenant cannot name another
+        env["IBEX_IB_PKEY"] = launch.ib_pkey
+    else:
+        env.pop("IBEX_IB_PKEY", None)
     hca = nccl_ib_hca(gpus, rails, gpus_on_node)
     if hca:
         env["NCCL_IB_HCA"] = hca

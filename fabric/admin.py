@@ -1,6 +1,16 @@
 from django.contrib import admin
 
-from fabric.models import Fabric, Hca, Host, Link, LinkStateChange, Port, PortCounters, Switch
+from fabric.models import (
+    Fabric,
+    Hca,
+    Host,
+    Link,
+    LinkStateChange,
+    Partition,
+    Port,
+    PortCounters,
+    Switch,
+)
 
 
 @admin.register(Fabric)
@@ -11,7 +21,30 @@ class FabricAdmin(admin.ModelAdmin):
     search_fields = ["name", "owner__slug"]
     readonly_fields = ["summary", "agent_seen_at", "agent_reachable", "agent_error",
                        "live_seen_at", "live_topology_hash", "live_summary", "created_at",
-                       "updated_at"]
+                       "updated_at",
+                       # set through the API (fabric.services.set_pkey_range) and the agent
+                       "pkey_first", "pkey_last", "provider_pkeys"]
+
+
+@admin.register(Partition)
+class PartitionAdmin(admin.ModelAdmin):
+    """Leases' partitions: written by the pool's bindings alone (fabric.services.sync_partitions)."""
+
+    list_display = ["holder", "pkey_hex", "fabric", "created_at", "released_at"]
+    list_filter = ["fabric"]
+    search_fields = ["holder"]
+    list_select_related = ["fabric"]
+    readonly_fields = ["fabric", "pkey", "holder", "hosts", "created_at", "released_at"]
+
+    @admin.display(description="P_Key", ordering="pkey")
+    def pkey_hex(self, partition):
+        return f"{partition.pkey:#06x}"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Switch)

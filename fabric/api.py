@@ -1,9 +1,10 @@
 """REST API for fabrics: list and summary, import from a file, export to Slurm topology.conf, and
 the fabric agent's reports of the live fabric."""
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -14,7 +15,7 @@ from rest_framework.views import APIView
 from fabric import services
 from fabric.core.fabric_report import REPORT_VERSION
 from fabric.core.spec import normalise_guid
-from fabric.models import Fabric, Link
+from fabric.models import PKEY_MAX, PKEY_MIN, Fabric, Link, Partition
 from fabric.selectors import EXPORT_FORMATS, export_topology_conf
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, organization_of
@@ -27,8 +28,45 @@ TENANT_SUMMARY_KEYS = ("kind", "levels", "domain_counts", "gpus", "link_rates_gb
                        "oversubscription", "rail_optimised")
 
 
+class PkeyRangeSerializer(StrictSerializer):
+    first = serializers.CharField(max_length=10, help_text="the lowest P_Key, e.g. 0x1000")
+    last = serializers.CharField(max_length=10, help_text="the highest P_Key, e.g. 0x7ffe")
+
+    def _pkey(self, value):
+        try:
+            number = parse_pkey(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        if not PKEY_MIN <= number <= PKEY_MAX:
+            raise serializers.ValidationError("outside 0x0001-0x7ffe (0x7fff is the default "
+                                              "partition; the full-member bit is OpenSM's)")
+        return number
+
+    validate_first = _pkey
+    validate_last = _pkey
+
+    def validate(self, data):
+        if data["first"] > data["last"]:
+            raise ValidationError({"last": ["lower than first"]})
+        return data
+
+
+class FabricPartitionsSerializer(serializers.Serializer):
+    pkey_range = serializers.DictField(child=serializers.CharField(),
+                                       help_text="{first, last}: the P_Keys leases get")
+    provider_pkeys = serializers.ListField(child=serializers.CharField(), help_text=(
+        "the P_Keys of your own partition lines, as the fabric agent last read them"))
+    live = serializers.IntegerField(help_text="live partitions (leases on several nodes)")
+
+
+class FabricUpdateSerializer(StrictSerializer):
+    pkey_range = PkeyRangeSerializer(help_text="the P_Keys IBEX gives leases' partitions "
+                                               "(default 0x1000-0x7ffe)")
+
+
 class FabricSerializer(serializers.ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    partitions = serializers.SerializerMethodField()
     link_rate_gbps = serializers.DecimalField(max_digits=7, decimal_places=1, read_only=True,
                                               allow_null=True)
 
@@ -37,8 +75,17 @@ class FabricSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
                   "gateway", "gateway_status", "gateway_seen_at", "agent_seen_at",
                   "agent_reachable", "agent_error", "live_seen_at", "live_summary",
-                  "created_at", "updated_at"]
+                  "partitions", "created_at", "updated_at"]
         read_only_fields = fields
+
+    @extend_schema_field(FabricPartitionsSerializer)
+    def get_partitions(self, fabric) -> dict:
+        """A P_Key per lease on several nodes (docs/fabric.md, "Partitions")."""
+        return {"pkey_range": {"first": f"{fabric.pkey_first:#06x}",
+                               "last": f"{fabric.pkey_last:#06x}"},
+                "provider_pkeys": [f"{key:#06x}" for key in fabric.provider_pkeys or []],
+                "live": fabric.live_partitions if hasattr(fabric, "live_partitions")
+                else fabric.partitions.filter(released_at__isnull=True).count()}
 
     def to_representation(self, fabric):
         data = super().to_representation(fabric)
@@ -66,7 +113,10 @@ class FabricImportSerializer(serializers.Serializer):
 
 def visible_fabrics(organization) -> QuerySet[Fabric]:
     """Operators see every fabric; providers their own; tenants those they lease on."""
-    fabrics = Fabric.objects.select_related("owner")
+    live = (Partition.objects.filter(fabric=OuterRef("pk"), released_at__isnull=True)
+            .order_by().values("fabric").annotate(count=Count("pk")).values("count"))
+    fabrics = Fabric.objects.select_related("owner").annotate(
+        live_partitions=Coalesce(Subquery(live), 0))
     if organization.is_operator:
         return fabrics
     # The lease lookup goes by relation names only: fabric imports nothing from the market.
@@ -113,6 +163,19 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         return Response(FabricSerializer(result.fabric).data,
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
+    @extend_schema(request=FabricUpdateSerializer, responses=FabricSerializer,
+                   summary="Set the fabric's P_Key range for leases' partitions")
+    def partial_update(self, request, pk=None):
+        fabric = self.get_object()
+        viewer = organization_of(request)
+        if fabric.owner_id != viewer.id:
+            raise NotFound()  # a tenant leasing on it sees it, but it is not theirs to change
+        form = FabricUpdateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        pkeys = form.validated_data["pkey_range"]
+        fabric = services.set_pkey_range(fabric=fabric, first=pkeys["first"], last=pkeys["last"])
+        return Response(FabricSerializer(fabric, context=self.get_serializer_context()).data)
+
     @extend_schema(
         summary="The fabric as a Slurm topology.conf (tree or block)",
         operation_id="fabrics_topology_conf",
@@ -152,6 +215,39 @@ class GuidField(serializers.CharField):
         if len(guid) > 18:
             raise serializers.ValidationError("longer than 64 bits")
         return guid
+
+
+def parse_pkey(value) -> int:
+    """`"0x1a2b"` (or an integer) -> 0x1a2b; ValueError when it is not a P_Key of 15 bits."""
+    if isinstance(value, bool):
+        raise ValueError("not a P_Key")
+    if isinstance(value, int):
+        number = value
+    else:
+        text = str(value).strip().lower()
+        if not text.startswith("0x") or len(text) > 6:
+            raise ValueError("write it in hex, 0x0001 to 0x7ffe")
+        try:
+            number = int(text, 16)
+        except ValueError:
+            raise ValueError("write it in hex, 0x0001 to 0x7ffe") from None
+    if not 0 <= number <= 0xFFFF:
+        raise ValueError("a P_Key has 16 bits")
+    return number
+
+
+@extend_schema_field({"type": "string", "pattern": "^0x[0-9a-fA-F]{1,4}$", "example": "0x1a2b"})
+class PkeyField(serializers.Field):
+    """A P_Key written in hex (`"0x1a2b"`); the full-member bit is dropped (0x9001 is 0x1001)."""
+
+    def to_internal_value(self, data):
+        try:
+            return parse_pkey(data) & 0x7FFF
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value):
+        return f"{value:#06x}"
 
 
 class LinkEndSerializer(StrictSerializer):
@@ -215,6 +311,10 @@ class FabricReportSerializer(StrictSerializer):
                                         default="", help_text="why ports' logical states were "
                                         "not read (every cable seen then counts as active)")
     subnet_manager = SubnetManagerSerializer(required=False)
+    provider_pkeys = serializers.ListField(
+        child=PkeyField(), required=False, max_length=4096,
+        help_text="the P_Keys of the provider's own lines in partitions.conf (outside IBEX's "
+                  "block): IBEX gives them to no lease")
 
     def validate(self, data):
         if not data["reachable"]:
@@ -238,6 +338,19 @@ class FabricReportSerializer(StrictSerializer):
         return data
 
 
+class PartitionMemberSerializer(serializers.Serializer):
+    guid = serializers.CharField(help_text="the HCA's node GUID")
+    port = serializers.IntegerField()
+
+
+class PartitionSerializer(serializers.Serializer):
+    pkey = serializers.CharField(help_text="15 bits, `0x1a2b`: write it with the full-member "
+                                           "ports")
+    lease = serializers.CharField(help_text="the lease it isolates, e.g. L-12")
+    members = PartitionMemberSerializer(many=True, help_text="every HCA port of the lease's "
+                                                             "nodes: full members")
+
+
 class FabricReportAnswerSerializer(serializers.Serializer):
     fabric = serializers.CharField()
     reachable = serializers.BooleanField()
@@ -251,6 +364,9 @@ class FabricReportAnswerSerializer(serializers.Serializer):
         help_text="the last topology held fewer than half the known links: those it did not "
                   "reach kept their state")
     counters = serializers.DictField(child=serializers.IntegerField())
+    partitions = PartitionSerializer(many=True, help_text=(
+        "the fabric's live partitions, one per lease on several nodes: what IBEX's block of "
+        "partitions.conf holds"))
 
 
 class FabricReportView(APIView):

@@ -10,6 +10,11 @@ from django.db.models import Q
 
 from ibex.accounts.models import Organization
 
+# P_Keys IBEX may give (15 bits; OpenSM adds the full-member bit 0x8000): 0x0000 is invalid and
+# 0x7fff is the default partition.
+PKEY_MIN, PKEY_MAX = 0x0001, 0x7FFE
+PKEY_FIRST, PKEY_LAST = 0x1000, 0x7FFE
+
 
 class Fabric(models.Model):
     class Kind(models.TextChoices):
@@ -57,11 +62,28 @@ class Fabric(models.Model):
     live_summary = models.JSONField(default=dict, blank=True,
                                     help_text="links per state, cables IBEX does not know, "
                                               "counters stored, the subnet manager")
+    # Partitions (docs/fabric.md, "Partitions"): every lease on more than one node gets a P_Key
+    # of this range; the provider's own partition lines (as the fabric agent last read them
+    # from partitions.conf) are never given out.
+    pkey_first = models.PositiveIntegerField(default=PKEY_FIRST,
+                                             help_text="the lowest P_Key IBEX gives a lease")
+    pkey_last = models.PositiveIntegerField(default=PKEY_LAST,
+                                            help_text="the highest P_Key IBEX gives a lease")
+    provider_pkeys = models.JSONField(default=list, blank=True,
+                                      help_text="P_Keys of the provider's own partition lines "
+                                                "(15 bits), as the fabric agent read them")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(pkey_first__gte=PKEY_MIN, pkey_first__lte=models.F("pkey_last"),
+                            pkey_last__lte=PKEY_MAX),
+                name="fabric_pkey_range_valid",
+            ),
+        ]
 
     def __str__(self):
         return self.name
@@ -253,3 +275,33 @@ class PortCounters(models.Model):
 
     def __str__(self):
         return f"counters of {self.port}"
+
+
+class Partition(models.Model):
+    """A lease's InfiniBand partition on one fabric: its P_Key and the hosts whose HCA ports are
+    its full members. `holder` is the market's lease reference (`L-12`): the fabric knows no
+    leases (imports go one way). A live partition has no `released_at`; PostgreSQL keeps a P_Key
+    in at most one live partition of a fabric, and a lease in at most one per fabric."""
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="partitions")
+    pkey = models.PositiveIntegerField(help_text="15 bits, without the full-member bit")
+    holder = models.CharField(max_length=64, help_text="the lease reference, e.g. L-12")
+    hosts = models.ManyToManyField(Host, related_name="partitions", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["fabric", "pkey"]
+        constraints = [
+            models.UniqueConstraint(fields=["fabric", "pkey"], condition=Q(released_at__isnull=True),
+                                    name="pkey_in_one_live_partition_per_fabric"),
+            models.UniqueConstraint(fields=["fabric", "holder"],
+                                    condition=Q(released_at__isnull=True),
+                                    name="one_live_partition_per_lease_per_fabric"),
+            models.CheckConstraint(condition=Q(pkey__gte=PKEY_MIN, pkey__lte=PKEY_MAX),
+                                   name="partition_pkey_in_range"),
+        ]
+        indexes = [models.Index(fields=["holder"])]
+
+    def __str__(self):
+        return f"{self.holder}: {self.pkey:#06x}"

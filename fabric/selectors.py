@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from django.db.models import Count
+
 from fabric.core.levels import NodeDomains
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
 from fabric.core.topology import SnapshotNode, TopologySnapshot
-from fabric.models import Fabric, Host
+from fabric.models import Fabric, Host, Partition, Port
 
 EXPORT_FORMATS = ("slurm-tree", "slurm-block")
 
@@ -46,3 +48,39 @@ def export_topology_conf(fabric: Fabric, fmt: str) -> str:
     if fmt == "slurm-block":
         return export_slurm_block(domains)
     raise ValueError(f"unknown export format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
+
+
+def pkeys_of(holders: list[str]) -> dict[str, str]:
+    """Each lease's live P_Key (`0x1a2b`), by its reference; a lease with none is left out
+    (one on several fabrics: the P_Key of the fabric where it has the most nodes)."""
+    found: dict[str, tuple[int, int]] = {}
+    for holder, pkey, hosts in Partition.objects.filter(
+            holder__in=list(holders), released_at__isnull=True).annotate(
+            members=Count("hosts")).values_list("holder", "pkey", "members"):
+        if holder not in found or hosts > found[holder][1]:
+            found[holder] = (pkey, hosts)
+    return {holder: f"{pkey:#06x}" for holder, (pkey, _) in found.items()}
+
+
+def live_partitions(fabric: Fabric) -> list[dict]:
+    """The fabric's live partitions as the fabric agent writes them: each P_Key with the HCA
+    ports (node GUID and port number, cabled in IBEX's view) of every host of its lease, in
+    P_Key order. The agent turns them into port GUIDs with its own discovery."""
+    partitions = list(Partition.objects.filter(fabric=fabric, released_at__isnull=True)
+                      .order_by("pkey").values_list("pk", "pkey", "holder"))
+    members: dict[int, list[int]] = {}
+    for partition_id, host_id in Partition.hosts.through.objects.filter(
+            partition_id__in=[pk for pk, _, _ in partitions]).values_list("partition_id",
+                                                                          "host_id"):
+        members.setdefault(partition_id, []).append(host_id)
+    ports: dict[int, list[tuple[str, int]]] = {}
+    for host_id, guid, number in Port.objects.filter(
+            fabric=fabric, hca__isnull=False,
+            hca__host_id__in={h for hosts in members.values() for h in hosts}).values_list(
+            "hca__host_id", "device_guid", "number"):
+        ports.setdefault(host_id, []).append((guid, number))
+    return [{"pkey": f"{pkey:#06x}", "lease": holder,
+             "members": [{"guid": guid, "port": number}
+                         for guid, number in sorted({p for host in members.get(pk, [])
+                                                     for p in ports.get(host, [])})]}
+            for pk, pkey, holder in partitions]

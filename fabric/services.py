@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -31,10 +31,12 @@ from fabric.models import (
     Host,
     Link,
     LinkStateChange,
+    Partition,
     Port,
     PortCounters,
     Switch,
 )
+from fabric.selectors import live_partitions
 from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
 from ibex.errors import Refusal
@@ -207,6 +209,8 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
     summary = dict(fabric.live_summary or {})
     if report.get("subnet_manager") is not None:
         summary["subnet_manager"] = report["subnet_manager"]
+    if "provider_pkeys" in report:  # what partitions.conf holds outside IBEX's block
+        updates["provider_pkeys"] = sorted(set(report["provider_pkeys"]))
     answer: dict = {"fabric": fabric.name, "reachable": report["reachable"], "changed": [],
                     "unmatched_links": summary.get("unmatched_links", 0),
                     "counters": {"stored": 0, "unmatched": 0}}
@@ -234,7 +238,8 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
     updates["live_summary"] = summary
     Fabric.objects.filter(pk=fabric.pk).update(**updates)
     answer.update(topology_hash=fabric.live_topology_hash, links=summary["links"],
-                  partial_view=summary.get("partial_view", False))
+                  partial_view=summary.get("partial_view", False),
+                  partitions=live_partitions(fabric))
     return answer
 
 
@@ -333,3 +338,115 @@ def _store_counters(fabric: Fabric, counters: list[dict], observed_at: datetime)
                        *(f"previous_{name}" for name in COUNTER_NAMES)],
     )
     return {"stored": len(rows), "unmatched": unmatched}
+
+
+# --- partitions: a P_Key per lease ------------------------------------------------------------
+
+PKEY_TRIES = 20  # P_Keys tried when concurrent placements take the ones read as free
+
+
+class PartitionsExhausted(Refusal):
+    """No P_Key of the fabric's range is free: a lease on several nodes cannot be isolated."""
+
+    field = "fabric"
+    code = "pkeys_exhausted"
+
+
+def format_pkey(pkey: int | None) -> str | None:
+    return None if pkey is None else f"{pkey:#06x}"
+
+
+@transaction.atomic(savepoint=False)  # inside the binding's transaction: no savepoint of its own
+def sync_partitions(*, hosts_by_holder: dict[str, list[int]], now: datetime | None = None) -> None:
+    """Each lease's partitions follow the hosts it is on now (`holder` → host ids, from the
+    pool's bindings): on every fabric where it is on two hosts or more it has a live partition
+    with exactly those hosts (a new one gets a free P_Key of the fabric's range; one that moves
+    keeps its P_Key), and on every other fabric its partition, if any, is released. Called
+    whenever the pool binds or unbinds a lease; a few queries however many leases.
+
+    PostgreSQL decides which P_Keys are free (`pkey_in_one_live_partition_per_fabric`): two
+    placements that pick the same one concurrently both succeed, with different P_Keys."""
+    if not hosts_by_holder:
+        return
+    now = now or timezone.now()
+    several = {host for hosts in hosts_by_holder.values() if len(set(hosts)) >= 2
+               for host in hosts}  # hosts of leases that may need a partition
+    fabric_of = dict(Host.objects.filter(pk__in=several).values_list("pk", "fabric_id")) \
+        if several else {}
+    wanted: dict[tuple[int, str], set[int]] = {}
+    for holder, hosts in hosts_by_holder.items():
+        per_fabric: dict[int, set[int]] = defaultdict(set)
+        for host in hosts:
+            if host in fabric_of:
+                per_fabric[fabric_of[host]].add(host)
+        for fabric_id, members in per_fabric.items():
+            if len(members) >= 2:  # a lease on one node needs no partition
+                wanted[(fabric_id, holder)] = members
+    live = {(p.fabric_id, p.holder): p for p in Partition.objects.select_for_update()
+            .filter(holder__in=list(hosts_by_holder), released_at__isnull=True)}
+    gone = [p.pk for key, p in live.items() if key not in wanted]
+    if gone:
+        Partition.objects.filter(pk__in=gone).update(released_at=now)
+    through = Partition.hosts.through
+    members_now: dict[int, set[int]] = defaultdict(set)
+    for partition_id, host_id in through.objects.filter(
+            partition_id__in=[p.pk for key, p in live.items() if key in wanted]) \
+            .values_list("partition_id", "host_id"):
+        members_now[partition_id].add(host_id)
+    fabrics = Fabric.objects.in_bulk({fabric_id for fabric_id, _ in wanted})
+    for (fabric_id, holder), members in sorted(wanted.items()):
+        partition = live.get((fabric_id, holder))
+        if partition is None:
+            partition = _new_partition(fabrics[fabric_id], holder)
+        elif members_now[partition.pk] == members:
+            continue
+        partition.hosts.set(sorted(members))
+
+
+def _new_partition(fabric: Fabric, holder: str) -> Partition:
+    """A live partition with the lowest P_Key of the fabric's range that no live partition and
+    no provider's line holds. A concurrent placement that took the same P_Key first makes the
+    insert fail (the unique constraint, or PostgreSQL breaking a deadlock between two such
+    inserts): that P_Key is skipped and the next one tried, in a savepoint so that the
+    caller's transaction goes on."""
+    taken = set(Partition.objects.filter(fabric=fabric, released_at__isnull=True)
+                .values_list("pkey", flat=True))
+    taken |= set(fabric.provider_pkeys or [])
+    for _try in range(PKEY_TRIES):
+        pkey = next((key for key in range(fabric.pkey_first, fabric.pkey_last + 1)
+                     if key not in taken), None)
+        if pkey is None:
+            break
+        try:
+            with transaction.atomic():
+                return Partition.objects.create(fabric=fabric, pkey=pkey, holder=holder)
+        except IntegrityError as exc:
+            if "pkey_in_one_live_partition_per_fabric" not in str(exc):
+                raise
+        except OperationalError as exc:
+            if "deadlock" not in str(exc):
+                raise
+        taken.add(pkey)
+    raise PartitionsExhausted(
+        f"fabric {fabric.name}: no free P_Key between {format_pkey(fabric.pkey_first)} and "
+        f"{format_pkey(fabric.pkey_last)} for {holder}")
+
+
+class PkeyRangeRefused(Refusal):
+    field = "pkey_range"
+
+
+@transaction.atomic
+def set_pkey_range(*, fabric: Fabric, first: int, last: int) -> Fabric:
+    """The provider's P_Key range for leases' partitions (validated by the API: 15 bits, first
+    no higher than last). Refused when it holds a P_Key of the provider's own partition lines.
+    Live partitions outside it keep their P_Key until their lease ends."""
+    locked = Fabric.objects.select_for_update().get(pk=fabric.pk)
+    own = sorted(key for key in locked.provider_pkeys or [] if first <= key <= last)
+    if own:
+        raise PkeyRangeRefused(
+            f"overlaps the P_Keys of your own partition lines: "
+            f"{', '.join(format_pkey(key) for key in own[:10])}")
+    Fabric.objects.filter(pk=locked.pk).update(pkey_first=first, pkey_last=last)
+    locked.pkey_first, locked.pkey_last = first, last
+    return locked

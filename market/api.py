@@ -17,6 +17,7 @@ from rest_framework.response import Response
 
 from billing.api import DollarsField
 from billing.core.money import to_dollars
+from fabric import selectors as fabric_selectors
 from fabric.core.locality import CONSTRAINT_LEVELS, Locality
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import Read, ReadOrProvide, ReadOrTrade, organization_of
@@ -199,6 +200,12 @@ class LeaseLogSerializer(serializers.Serializer):
     more = serializers.BooleanField(help_text="more lines are ready: ask again at once")
 
 
+class LeaseFabricSerializer(serializers.Serializer):
+    pkey = serializers.CharField(allow_null=True, help_text=(
+        "the P_Key of the lease's InfiniBand partition (`0x1a2b`, without the full-member "
+        "bit): its nodes' HCA ports are its full members; null on one node, and once it ended"))
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     price_per_gpu_hour = DollarsField(source="price_micros")
     max_price_per_gpu_hour = DollarsField(source="max_price_micros")
@@ -210,6 +217,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     access = serializers.SerializerMethodField()
     alternative = serializers.SerializerMethodField(
         help_text="the index of the shape of its bid that won; 0 for a bid of one shape")
+    fabric = serializers.SerializerMethodField()
 
     class Meta:
         model = Lease
@@ -217,7 +225,15 @@ class LeaseSerializer(serializers.ModelSerializer):
                   "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
                   "ended_at", "preempt_at", "allow_moves", "created_at", "events", "workload",
-                  "access", "slurm_account", "alternative"]
+                  "access", "slurm_account", "alternative", "fabric"]
+
+    @extend_schema_field(LeaseFabricSerializer)
+    def get_fabric(self, lease) -> dict:
+        """Its place on the InfiniBand fabric: its partition's P_Key (docs/fabric.md)."""
+        known = self.context.get("pkeys")
+        if known is None:
+            known = fabric_selectors.pkeys_of([lease.reference])
+        return {"pkey": known.get(lease.reference)}
 
     def get_alternative(self, lease) -> int:
         """Which shape of its bid the lease is (0 unless a bid over alternatives won)."""
@@ -300,7 +316,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         leases = page if page is not None else list(self.filter_queryset(self.get_queryset()))
         # every lease's bindings in one query, not one per lease
         context = {**self.get_serializer_context(),
-                   "bindings": pool_workloads.bindings_by_lease(lease.reference for lease in leases)}
+                   "bindings": pool_workloads.bindings_by_lease(lease.reference for lease in leases),
+                   "pkeys": fabric_selectors.pkeys_of([lease.reference for lease in leases])}
         data = LeaseSerializer(leases, many=True, context=context).data
         return self.get_paginated_response(data) if page is not None else Response(data)
 

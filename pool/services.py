@@ -27,6 +27,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
+from fabric import services as fabric_services
 from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
 from ibex.accounts.models import Organization, ProviderProfile
@@ -615,6 +616,10 @@ def bind_lease(*, node: Node, lease_ref: str, gpu_indexes: list[int]) -> Binding
 @transaction.atomic
 def unbind_lease(*, node: Node, lease_ref: str) -> None:
     Binding.objects.filter(node=node, lease_ref=lease_ref).update(serve=False)
+    # the lease's partition follows the nodes it is still on (none left: it is released)
+    fabric_services.sync_partitions(hosts_by_holder={lease_ref: list(
+        Binding.objects.filter(lease_ref=lease_ref, serve=True)
+        .values_list("node__host_id", flat=True))})
     workloads.wake_nodes([node.pk])
 
 
@@ -641,8 +646,11 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
     existing = {(b.lease_ref, b.node_id): b for b in
                 Binding.objects.select_for_update().filter(lease_ref__in=list(wanted))}
     restarted = [ref for ref in wanted if _launch_changes(ref, wanted[ref], existing, launches)]
-    hostnames = dict(Node.objects.filter(
-        pk__in={node for nodes in wanted.values() for node in nodes}).values_list("pk", "hostname"))
+    hostnames, host_of = {}, {}
+    for node_id, hostname, host_id in Node.objects.filter(
+            pk__in={node for nodes in wanted.values() for node in nodes}).values_list(
+            "pk", "hostname", "host_id"):
+        hostnames[node_id], host_of[node_id] = hostname, host_id
     stop, changed, new = [], [], []
     for (ref, node_id), binding in existing.items():
         if binding.serve and node_id not in wanted[ref]:
@@ -673,6 +681,9 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
                                               *RESTART_FIELDS])
     if new:
         Binding.objects.bulk_create(new)
+    # each lease on several nodes has its own InfiniBand partition of exactly those nodes
+    fabric_services.sync_partitions(hosts_by_holder={
+        ref: [host_of[node] for node in nodes] for ref, nodes in wanted.items()})
     workloads.wake_nodes([node for (ref, node) in existing] +
                          [node for nodes in wanted.values() for node in nodes])
     return restarted

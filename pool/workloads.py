@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from fabric import selectors as fabric_selectors
 from pool.core import workloads as core
 from pool.models import Binding, Node, WorkloadLog
 
@@ -110,7 +111,8 @@ def start_action(binding: Binding) -> dict | None:
     action["launch"] = core.launch_for_rank(
         binding.launch, lease_ref=binding.lease_ref, generation=binding.generation, node_rank=binding.node_rank or 0,
         nnodes=binding.nnodes or len(ranks), master_port=master_port,
-        node_addrs=[b.node.address or b.node.hostname for b in ranks])
+        node_addrs=[b.node.address or b.node.hostname for b in ranks],
+        ib_pkey=fabric_selectors.pkeys_of([binding.lease_ref]).get(binding.lease_ref))
     return action
 
 

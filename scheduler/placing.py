@@ -31,6 +31,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from fabric import services as fabric
 from ibex.outbox import services as outbox
 from ibex.references import lease_id_of
 from market import leasing, parts, pool_orders
@@ -75,14 +76,23 @@ def place_lease(*, lease_id: int, final: bool = True) -> Lease:
             return leasing.change_lease_state(
                 lease=lease, to_state=Lease.State.FAILED, actor="scheduler",
                 reason=f"could not be placed: {exc}"[:500])
-        lease = leasing.change_lease_state(
-            lease=lease, to_state=Lease.State.PLACING, actor="scheduler",
-            reason="re-placed and bound to its nodes" if moved else "bound to its nodes")
-        indexes, node_parts = parts.bindings_of(Allocation.objects.filter(lease=lease))
-        pool.set_lease_bindings(wanted={lease.reference: indexes},
-                                launches={lease.reference: launch_of(lease)},
-                                parts={lease.reference: node_parts})
-        return lease
+        try:
+            with transaction.atomic():
+                placed = leasing.change_lease_state(
+                    lease=lease, to_state=Lease.State.PLACING, actor="scheduler",
+                    reason="re-placed and bound to its nodes" if moved else "bound to its nodes")
+                indexes, node_parts = parts.bindings_of(Allocation.objects.filter(lease=placed))
+                # binding gives a lease on several nodes its partition (a P_Key of the fabric)
+                pool.set_lease_bindings(wanted={placed.reference: indexes},
+                                        launches={placed.reference: launch_of(placed)},
+                                        parts={placed.reference: node_parts})
+                return placed
+        except fabric.PartitionsExhausted as exc:
+            if not final:
+                raise NoPlacement(str(exc)) from None
+            return leasing.change_lease_state(
+                lease=lease, to_state=Lease.State.FAILED, actor="scheduler",
+                reason=f"could not be placed: {exc}"[:500])
 
 
 def launch_of(lease: Lease) -> dict | None:

@@ -88,6 +88,8 @@ class Discovery:
     nodes: dict[str, LiveNode]
     links: list[LiveLink]
     port_guids: dict[str, str] = field(default_factory=dict)  # a CA port's GUID -> its node's
+    # (a CA's node GUID, port number) -> that port's GUID: what OpenSM's partition lines name
+    ca_ports: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def cabled_ports(self) -> dict[str, list[int]]:
         """Each node's ports that have a cable up, in order."""
@@ -111,6 +113,7 @@ def parse_discovery(text: str) -> Discovery:
     nodes: dict[str, LiveNode] = {}
     links: dict[tuple, LiveLink] = {}
     port_guids: dict[str, str] = {}
+    ca_ports: dict[tuple[str, int], str] = {}
     current: dict | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -133,6 +136,7 @@ def parse_discovery(text: str) -> Discovery:
         comment = port["comment"] or ""
         if current["kind"] == "ca" and port["portguid"]:
             port_guids[normalise_guid(port["portguid"])] = current["guid"]
+            ca_ports[(current["guid"], int(port["port"]))] = normalise_guid(port["portguid"])
         if current["kind"] == "ca" and not current["lid"]:
             # a CA's port line starts its comment with its own LID: `# lid 4 lmc 0 "leaf1" ...`
             lid = _LID.search(comment)
@@ -146,7 +150,7 @@ def parse_discovery(text: str) -> Discovery:
         link = LiveLink(a_guid, a_port, b_guid, b_port, rate, width)
         links.setdefault(link.key, link)
     return Discovery(nodes=nodes, links=sorted(links.values(), key=lambda item: item.key),
-                     port_guids=port_guids)
+                     port_guids=port_guids, ca_ports=ca_ports)
 
 
 def parse_perfquery(text: str) -> dict[tuple[int, int], dict]:

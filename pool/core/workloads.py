@@ -41,8 +41,10 @@ def ranks_in_order(hostnames: Iterable[str]) -> dict[str, int]:
 
 
 def launch_for_rank(work: dict, *, lease_ref: str, generation: int, node_rank: int,
-                    nnodes: int, node_addrs: list[str], master_port: int | None) -> dict:
-    """The `launch` object of a start action: the tenant's work, and where this rank stands."""
+                    nnodes: int, node_addrs: list[str], master_port: int | None,
+                    ib_pkey: str | None = None) -> dict:
+    """The `launch` object of a start action: the tenant's work, and where this rank stands
+    (`ib_pkey`: its InfiniBand partition's P_Key, `0x1a2b`, None on one node)."""
     return {
         "lease_id": lease_id_of(lease_ref),
         "user": lease_account(lease_ref),
@@ -56,6 +58,7 @@ def launch_for_rank(work: dict, *, lease_ref: str, generation: int, node_rank: i
         "node_addrs": list(node_addrs),
         "master_addr": node_addrs[0] if node_addrs else "",
         "master_port": master_port,
+        "ib_pkey": ib_pkey,
     }
 
 

@@ -139,3 +139,19 @@ def wait_until(condition, timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_the_workload_sees_its_leases_pkey_and_the_tenant_cannot_name_another():
+    launch = parse_launch({**LAUNCH, "ib_pkey": "0x1a2b", "env": {"IBEX_IB_PKEY": "0x7fff"}})
+    single = parse_launch({**LAUNCH, "env": {"IBEX_IB_PKEY": "0x7fff"}})
+
+    env = launch_env("42", launch, [5], rails(8), 8, "ibex-l42", "/h", "10.0.0.6", 29500)
+    alone = launch_env("42", single, [5], rails(8), 8, "ibex-l42", "/h", "10.0.0.6", 29500)
+
+    assert env["IBEX_IB_PKEY"] == "0x1a2b"
+    assert "IBEX_IB_PKEY" not in alone
+
+
+def test_a_launch_with_a_malformed_pkey_is_refused():
+    with pytest.raises(ValueError):
+        parse_launch({**LAUNCH, "ib_pkey": "0x1a2b; rm -rf /"})

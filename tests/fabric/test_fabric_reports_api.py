@@ -168,3 +168,25 @@ def test_a_malformed_report_is_a_400_naming_the_field_and_changes_nothing(
     assert field in response.json()["error"]["fields"]
     assert not Link.objects.filter(state="down").exists()
     assert Fabric.objects.get().agent_seen_at is None
+
+
+def test_the_providers_own_pkeys_are_taken_without_the_full_member_bit(fabric, provider_client):
+    body = {**report(SPEC, timezone.now()), "provider_pkeys": ["0x7fff", "0x8002"]}
+
+    answer = post(provider_client, body)
+
+    assert answer.status_code == 200, answer.json()
+    assert answer.json()["partitions"] == []
+    fabric.refresh_from_db()
+    assert fabric.provider_pkeys == [0x0002, 0x7FFF]
+
+
+@pytest.mark.parametrize("pkeys", [["7fff"], ["0x1ffff"], ["0xzz"], [True]])
+def test_a_malformed_provider_pkey_is_refused_naming_it_and_nothing_changes(
+        fabric, provider_client, pkeys):
+    answer = post(provider_client, {**report(SPEC, timezone.now()), "provider_pkeys": pkeys})
+
+    assert answer.status_code == 400
+    assert "provider_pkeys" in str(answer.json())
+    fabric.refresh_from_db()
+    assert fabric.provider_pkeys == [] and fabric.agent_seen_at is None

@@ -77,7 +77,7 @@ def test_rank_zero_starts_first_and_picks_the_port_the_other_ranks_are_told(node
         "lease_id": "1", "user": "ibex-l1", "generation": 1, "command": ["python3", "train.py"], "env": {"EPOCHS": "3"},
         "workdir": "runs", "ssh_keys": [], "node_rank": 0, "nnodes": 2,
         "node_addrs": ["10.0.0.1", "10.0.0.2"], "master_addr": "10.0.0.1",
-        "master_port": None}}]
+        "master_port": None, "ib_pkey": "0x1000"}}]  # on two nodes: its own partition
     assert waiting["actions"] == []  # rank 1 waits for rank 0's port ...
     assert waiting["interval_s"] == 1  # ... and comes back soon
 
