@@ -87,6 +87,17 @@ def hours(value: Any, field: str) -> Decimal:
     return amount
 
 
+def read_runtimes(value: Any, field: str) -> frozenset[str] | None:
+    """The node runtimes a bid may use; absent: any node."""
+    if value is None:
+        return None
+    runtimes = read_texts(value, field)
+    for i, runtime in enumerate(runtimes):
+        if runtime not in RUNTIMES:
+            raise InvalidInput(f"{field}[{i}]", f"must be one of {', '.join(RUNTIMES)}")
+    return frozenset(runtimes)
+
+
 def read_node(raw: Any, field: str, levels: tuple[str, ...]) -> NodeOffer:
     raw = read_object(raw, field, NODE_KEYS)
     name = read_text(raw.get("name"), f"{field}.name")
@@ -135,11 +146,7 @@ def read_shape(raw: dict, field: str, bid_id: str, levels: tuple[str, ...],
             raise InvalidInput(f"{field}.gpu_models",
                                f"names no market in this book (markets: "
                                f"{', '.join(sorted(models)) or 'none'})")
-    runtimes = None
-    if raw.get("runtimes") is not None:
-        runtimes = frozenset(read_texts(raw["runtimes"], f"{field}.runtimes"))
-        for runtime in sorted(runtimes - set(RUNTIMES)):
-            raise InvalidInput(f"{field}.runtimes", f"unknown runtime {runtime!r}")
+    runtimes = read_runtimes(raw.get("runtimes"), f"{field}.runtimes")
     return Bid(
         id=bid_id, gpus=gpus, hours=hours(raw.get("hours"), f"{field}.hours"),
         limit_micros=price(raw.get("max_price_per_gpu_hour"),

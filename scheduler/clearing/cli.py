@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any, TextIO
 
+from market.core.book import hours, read_runtimes, read_topology
 from market.core.clearing import (
     AuctionClearing,
     Bid,
@@ -22,8 +22,6 @@ from market.core.clearing import (
     NodeOffer,
     OnDemandResult,
     RefusedBid,
-    Topology,
-    check_topology,
     clear_auction,
     dollars,
     match_on_demand,
@@ -48,7 +46,6 @@ NODE_KEYS = {"name", "labels", "free_gpus", "gpu_model", "reserve_prices", "rese
              "runtime"}
 BID_KEYS = {"id", "gpus", "hours", "max_price_per_gpu_hour", "gpu_models", "topology",
             "submitted_at", "runtimes"}
-TOPOLOGY_KEYS = {"required", "preferred", "slice"}
 MODES = ("auction", "on_demand")
 
 
@@ -86,35 +83,6 @@ def parse_node(raw: Any, position: int, levels: Sequence[str]) -> NodeOffer:
     return NodeOffer(name, dict(labels), gpu_model, tuple(prices), runtime=runtime)
 
 
-def _runtimes(value: Any, field: str) -> frozenset[str] | None:
-    """The node runtimes a bid may use; absent: any node. A what-if bid states them itself
-    rather than what its order asks: a market order naming no workload, SSH keys or Slurm
-    account is kept off Slurm nodes (`pool.core.workloads.runtimes_for`), which a bid models
-    with `["none", "process", "ssh"]`."""
-    if value is None:
-        return None
-    runtimes = read_texts(value, field)
-    for i, runtime in enumerate(runtimes):
-        if runtime not in RUNTIMES:
-            raise InvalidInput(f"{field}[{i}]", f"must be one of {', '.join(RUNTIMES)}")
-    return frozenset(runtimes)
-
-
-def _hours(value: Any, field: str) -> Decimal:
-    if isinstance(value, int) and not isinstance(value, bool):
-        hours = Decimal(value)
-    elif isinstance(value, str):
-        try:
-            hours = Decimal(value)
-        except InvalidOperation:
-            raise InvalidInput(field, "must be a number of hours") from None
-    else:
-        raise InvalidInput(field, "must be an integer or a decimal string")
-    if not hours.is_finite() or hours <= 0:
-        raise InvalidInput(field, "must be positive")
-    return hours
-
-
 def _submitted_at(value: Any, field: str) -> datetime | None:
     if value is None:
         return None
@@ -129,25 +97,6 @@ def _submitted_at(value: Any, field: str) -> datetime | None:
     raise InvalidInput(field, "must be an ISO 8601 time or seconds since 1970")
 
 
-def parse_topology(raw: Any, field: str, levels: Sequence[str]) -> Topology:
-    if raw is None:
-        return Topology()
-    raw = read_object(raw, field, TOPOLOGY_KEYS)
-    size = level = None
-    if raw.get("slice") is not None:
-        raw_slice = read_object(raw["slice"], f"{field}.slice", {"size", "level"})
-        size = read_int(raw_slice.get("size"), f"{field}.slice.size", minimum=1)
-        level = read_text(raw_slice.get("level"), f"{field}.slice.level", optional=True)
-    topology = Topology(
-        required=read_text(raw.get("required"), f"{field}.required", optional=True),
-        preferred=read_text(raw.get("preferred"), f"{field}.preferred", optional=True),
-        slice_size=size,
-        slice_level=level,
-    )
-    check_topology(topology, levels, field)
-    return topology
-
-
 def parse_bid(raw: Any, position: int, levels: Sequence[str]) -> Bid:
     """A bid; `id` may be a string or an integer (kept as text)."""
     field = f"bids[{position}]"
@@ -158,19 +107,22 @@ def parse_bid(raw: Any, position: int, levels: Sequence[str]) -> Bid:
     bid_id = read_text(raw_id, f"{field}.id")
     gpus = read_int(raw.get("gpus"), f"{field}.gpus", minimum=1)
     models = raw.get("gpu_models")
-    topology = parse_topology(raw.get("topology"), f"{field}.topology", levels)
+    topology = read_topology(raw.get("topology"), f"{field}.topology", tuple(levels))
     if topology.slice_size is not None and gpus % topology.slice_size:
         raise InvalidInput(f"{field}.topology.slice.size", "must divide gpus")
     return Bid(
         id=bid_id,
         gpus=gpus,
-        hours=_hours(raw.get("hours"), f"{field}.hours"),
+        hours=hours(raw.get("hours"), f"{field}.hours"),
         limit_micros=_price(raw.get("max_price_per_gpu_hour"),
                             f"{field}.max_price_per_gpu_hour"),
         gpu_models=None if models is None else frozenset(read_texts(models, f"{field}.gpu_models")),
         topology=topology,
         submitted_at=_submitted_at(raw.get("submitted_at"), f"{field}.submitted_at"),
-        runtimes=_runtimes(raw.get("runtimes"), f"{field}.runtimes"),
+        # a what-if bid states its runtimes itself (absent: any node, Slurm ones included);
+        # a market order naming no workload, SSH keys or Slurm account is modelled with
+        # ["none", "process", "ssh"] (`pool.core.workloads.runtimes_for`)
+        runtimes=read_runtimes(raw.get("runtimes"), f"{field}.runtimes"),
     )
 
 
