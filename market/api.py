@@ -428,7 +428,6 @@ def _check_product(attrs: dict) -> None:
 
 SHAPE_FIELDS = ("gpu_models", "gpus", "mig_profile", "gpu_share", "count", "hours",
                 "max_price_per_gpu_hour", "topology")
-MIN_ALTERNATIVES, MAX_ALTERNATIVES = orders.MIN_ALTERNATIVES, orders.MAX_ALTERNATIVES
 
 
 class AlternativeSerializer(StrictSerializer):
@@ -448,21 +447,12 @@ class AlternativeSerializer(StrictSerializer):
 
 
 def _check_alternatives(attrs: dict) -> None:
-    """A bid gives one shape or 2-8 alternatives, never both; alternatives are auction bids."""
+    """A bid gives one shape or alternatives, never both (`market.orders` checks the rest:
+    how many, the tier, the pool, each shape's market and size)."""
     given = [name for name in SHAPE_FIELDS if name in attrs]
     if given:
         raise serializers.ValidationError({"alternatives": [
             f"Give either one shape ({', '.join(given)}) or alternatives, not both."]})
-    count = len(attrs["alternatives"])
-    if not MIN_ALTERNATIVES <= count <= MAX_ALTERNATIVES:
-        raise serializers.ValidationError({"alternatives": [
-            f"Give {MIN_ALTERNATIVES} to {MAX_ALTERNATIVES} alternatives ({count} given)."]})
-    if attrs["tier"] not in (Lease.Tier.SPOT, Lease.Tier.RESERVED):
-        raise serializers.ValidationError({"tier": [
-            "Alternatives are for auction bids (spot or reserved): on demand takes one shape."]})
-    if attrs.get("pool"):
-        raise serializers.ValidationError({"pool": [
-            "Alternatives are bids in the public market's auctions, not in a private pool."]})
 
 
 class OrderCreateSerializer(StrictSerializer):
@@ -546,21 +536,8 @@ class OrderCreateSerializer(StrictSerializer):
     def to_request(self, idempotency_key: str) -> orders.OrderRequest:
         data = self.validated_data
         window = data.get("start_window") or {}
-        alternatives = [
-            {"gpu_models": list(shape["gpu_models"]), "gpus": shape["gpus"],
-             "hours": shape["hours"], "max_price_micros": shape["max_price_per_gpu_hour"],
-             "topology": dict(shape.get("topology") or {})}
-            for shape in data.get("alternatives") or []]
-        first = alternatives[0] if alternatives else {
-            "gpu_models": data["gpu_models"], "gpus": data.get("gpus") or data["count"],
-            "hours": data["hours"], "max_price_micros": data["max_price_per_gpu_hour"],
-            "topology": dict(data.get("topology") or {})}
-        return orders.OrderRequest(
-            gpu_models=first["gpu_models"], gpus=first["gpus"],
-            mig_profile=data.get("mig_profile", ""), gpu_share=data.get("gpu_share"),
-            hours=first["hours"], alternatives=alternatives,
-            tier=data["tier"], max_price_micros=first["max_price_micros"],
-            topology=first["topology"], start_earliest=window.get("earliest"),
+        common = dict(
+            tier=data["tier"], start_earliest=window.get("earliest"),
             start_latest=window.get("latest"), fill=data["fill"],
             idempotency_key=idempotency_key, pool=data["pool"], queue=data["queue"],
             priority=data["priority"], priority_class=data["priority_class"],
@@ -568,6 +545,17 @@ class OrderCreateSerializer(StrictSerializer):
             workload=dict(data["workload"]) if data.get("workload") is not None else None,
             ssh_keys=list(data["ssh_keys"]), slurm_account=data["slurm_account"],
         )
+        if "alternatives" in data:
+            return orders.over_alternatives(alternatives=[
+                {"gpu_models": list(shape["gpu_models"]), "gpus": shape["gpus"],
+                 "hours": shape["hours"], "max_price_micros": shape["max_price_per_gpu_hour"],
+                 "topology": dict(shape.get("topology") or {})}
+                for shape in data["alternatives"]], **common)
+        return orders.OrderRequest(
+            gpu_models=data["gpu_models"], gpus=data.get("gpus") or data["count"],
+            mig_profile=data.get("mig_profile", ""), gpu_share=data.get("gpu_share"),
+            hours=data["hours"], max_price_micros=data["max_price_per_gpu_hour"],
+            topology=dict(data.get("topology") or {}), **common)
 
 
 class AlternativeOutSerializer(serializers.Serializer):

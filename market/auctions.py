@@ -26,6 +26,8 @@ from market.orders import (
     bid_for,
     free_priced_gpus,
     offers_from,
+    own_shape,
+    shapes_of,
 )
 
 AUCTION_TIERS = (Lease.Tier.SPOT, Lease.Tier.RESERVED)
@@ -39,20 +41,14 @@ def interval_start(now: datetime, interval_s: int) -> datetime:
 
 def models_of(order: Order) -> set[str]:
     """Every market an order may win in: its models, or those of any of its alternatives."""
-    models = set(order.gpu_models)
-    for shape in order.alternatives or ():
-        models.update(shape["gpu_models"])
-    return models
+    return {model for shape in [own_shape(order), *order.alternatives]
+            for model in shape["gpu_models"]}
 
 
 def markets_with_bids() -> list[str]:
-    models = set()
-    for names, alternatives in Order.objects.filter(
-            state=OS.RESTING, tier__in=AUCTION_TIERS).values_list("gpu_models", "alternatives"):
-        models.update(names)
-        for shape in alternatives or ():
-            models.update(shape["gpu_models"])
-    return sorted(models)
+    resting = Order.objects.filter(state=OS.RESTING, tier__in=AUCTION_TIERS).only(
+        "gpu_models", "gpus", "hours", "max_price_micros", "topology", "alternatives")
+    return sorted({model for order in resting for model in models_of(order)})
 
 
 def clear_markets(*, now: datetime | None = None) -> list[Clearing]:
@@ -150,19 +146,12 @@ def _starts_at(order: Order, now: datetime) -> datetime:
     return now
 
 
-def _shapes(order: Order) -> list[dict]:
-    """An order's shapes as its alternatives give them, or its one shape."""
-    return order.alternatives or [{
-        "gpu_models": order.gpu_models, "gpus": order.gpus, "hours": order.hours,
-        "max_price_micros": order.max_price_micros, "topology": order.topology or {}}]
-
-
 def _bid(order: Order, markets: set[str]) -> tuple[clearing.Bid | winners.AlternativeBid, list[int]] | None:
     """The order as the clearing takes it, its shapes limited to the markets being cleared,
     with the position in the order's own alternatives of each shape kept; None when no shape
     is in those markets (another beat clears them)."""
     shapes, positions = [], []
-    for position, shape in enumerate(_shapes(order)):
+    for position, shape in enumerate(shapes_of(order)):
         models = [m for m in shape["gpu_models"] if m in markets]
         if models:
             shapes.append(bid_for(order, {**shape, "gpu_models": models}))
@@ -178,7 +167,7 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
     # Capacity: GPUs free from now to the farthest end any bid needs (conservative: a GPU
     # counted here is free for every bid's range).
     horizon = max(_starts_at(o, now) + timedelta(hours=shape["hours"])
-                  for o in orders for shape in _shapes(o))
+                  for o in orders for shape in shapes_of(o))
     # every node's GPUs, whatever it runs: the clearing keeps each bid off the nodes whose
     # runtime cannot run what it asks (`bid_for`)
     runtimes: dict[str, str] = {}
@@ -232,7 +221,7 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
     for model, record in records.items():
         if model in cleared:
             continue
-        limits = [shape["max_price_micros"] for o in orders for shape in _shapes(o)
+        limits = [shape["max_price_micros"] for o in orders for shape in shapes_of(o)
                   if model in shape["gpu_models"]]
         record.price_micros = max(limits, default=None)
         record.refused = [{"order": o.pk, "reason": f"no {model} GPUs are free for the hours "

@@ -80,11 +80,21 @@ def allows_moves(request: OrderRequest) -> bool:
     return request.tier == Lease.Tier.SPOT
 
 
+def own_shape(order: Order | OrderRequest) -> dict:
+    """An order's (or a request's) shape fields, as an alternative gives them."""
+    return {"gpu_models": order.gpu_models, "gpus": order.gpus, "hours": order.hours,
+            "max_price_micros": order.max_price_micros, "topology": order.topology or {}}
+
+
+def shapes_of(order: Order | OrderRequest) -> list[dict]:
+    """Its alternatives, or its one shape."""
+    return order.alternatives or [own_shape(order)]
+
+
 def max_cost_micros(request: OrderRequest) -> int:
     """The most the order can cost: for a bid over alternatives, its dearest shape."""
-    shapes = request.alternatives or [{"gpus": request.gpus, "hours": request.hours,
-                                       "max_price_micros": request.max_price_micros}]
-    return max(shape["gpus"] * shape["hours"] * shape["max_price_micros"] for shape in shapes)
+    return max(shape["gpus"] * shape["hours"] * shape["max_price_micros"]
+               for shape in shapes_of(request))
 
 
 MIN_ALTERNATIVES, MAX_ALTERNATIVES = 2, 8
@@ -249,6 +259,8 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
     target = None
     if request.pool:
         work = work_of(request)  # refused before anything is looked up or written
+        if request.alternatives:
+            _check_alternatives(request)  # refused: alternatives are public auction bids
         if request.is_parts:
             _check_parts(request)
         target = pool_orders.resolve_target(
@@ -383,8 +395,7 @@ def free_priced_gpus(order: Order, start: datetime, end: datetime,
 def bid_for(order: Order, shape: dict | None = None) -> clearing.Bid:
     """The order as the clearing takes it; `shape`: one of its alternatives ({gpu_models,
     gpus, hours, max_price_micros, topology}) instead of its own shape."""
-    shape = shape or {"gpu_models": order.gpu_models, "gpus": order.gpus, "hours": order.hours,
-                      "max_price_micros": order.max_price_micros, "topology": order.topology}
+    shape = shape or own_shape(order)
     topology = shape["topology"] or {}
     whole = topology.get("whole_nodes")
     return clearing.Bid(

@@ -79,3 +79,9 @@ def test_an_order_without_alternatives_still_needs_its_shape(client):
     response = post(client, gpus=8)
     assert response.status_code == 400
     assert set(response.json()["error"]["fields"]) == {"gpu_models", "hours", "max_price_per_gpu_hour"}
+
+
+def test_alternatives_are_not_for_a_private_pool(client):
+    response = post(client, pool="lab-pool", alternatives=[shape(), shape(16)])
+    assert response.status_code == 400 and "pool" in response.json()["error"]["fields"]
+    assert not Order.objects.exists()
