@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from django.db.models import Count
+from decimal import Decimal
+
+from django.db.models import Count, Max
 
 from fabric.core.levels import NodeDomains
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
 from fabric.core.topology import SnapshotNode, TopologySnapshot
-from fabric.models import Fabric, Host, Partition, Port
+from fabric.models import Fabric, Host, Link, Partition, Port
 
 EXPORT_FORMATS = ("slurm-tree", "slurm-block")
 
@@ -84,3 +86,10 @@ def live_partitions(fabric: Fabric) -> list[dict]:
                          for guid, number in sorted({p for host in members.get(pk, [])
                                                      for p in ports.get(host, [])})]}
             for pk, pkey, holder in partitions]
+
+
+def fastest_link_gbps() -> Decimal | None:
+    """The fastest link rate of any fabric (its cables as last seen, else the rate it was
+    imported with): no guarantee per GPU can be above it. None: no fabric."""
+    cables = Link.objects.aggregate(fastest=Max("rate_gbps"))["fastest"]
+    return cables or Fabric.objects.aggregate(fastest=Max("link_rate_gbps"))["fastest"]

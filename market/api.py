@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from billing.api import DollarsField
 from billing.core.money import to_dollars
 from fabric import selectors as fabric_selectors
+from fabric.core import qos
 from fabric.core.locality import CONSTRAINT_LEVELS, Locality
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import Read, ReadOrProvide, ReadOrTrade, organization_of
@@ -200,6 +201,17 @@ class LeaseLogSerializer(serializers.Serializer):
     more = serializers.BooleanField(help_text="more lines are ready: ask again at once")
 
 
+class BandwidthOutSerializer(serializers.Serializer):
+    class_ = serializers.CharField(help_text="guaranteed, standard or scavenger")
+    gbps_per_gpu = serializers.FloatField(allow_null=True,
+                                          help_text="guaranteed: Gb/s per GPU; else null")
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["class"] = fields.pop("class_")
+        return fields
+
+
 class LeaseFabricSerializer(serializers.Serializer):
     pkey = serializers.CharField(allow_null=True, help_text=(
         "the P_Key of the lease's InfiniBand partition (`0x1a2b`, without the full-member "
@@ -218,6 +230,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     alternative = serializers.SerializerMethodField(
         help_text="the index of the shape of its bid that won; 0 for a bid of one shape")
     fabric = serializers.SerializerMethodField()
+    bandwidth = serializers.SerializerMethodField()
 
     class Meta:
         model = Lease
@@ -225,7 +238,15 @@ class LeaseSerializer(serializers.ModelSerializer):
                   "gpus", "locality",
                   "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at", "ends_at",
                   "ended_at", "preempt_at", "allow_moves", "created_at", "events", "workload",
-                  "access", "slurm_account", "alternative", "fabric"]
+                  "access", "slurm_account", "alternative", "fabric", "bandwidth"]
+
+    @extend_schema_field(BandwidthOutSerializer)
+    def get_bandwidth(self, lease) -> dict:
+        """Its traffic class on the fabric, as its order asked (standard for a pool's)."""
+        order = getattr(lease, "order", None)
+        if order is None:
+            return qos.bandwidth_json(qos.STANDARD, None)
+        return qos.bandwidth_json(order.bandwidth_class, order.gbps_per_gpu)
 
     @extend_schema_field(LeaseFabricSerializer)
     def get_fabric(self, lease) -> dict:
@@ -426,6 +447,24 @@ def _check_product(attrs: dict) -> None:
                 {"tier": ["Slices and shares are sold on demand or spot, not reserved."]})
 
 
+class BandwidthSerializer(StrictSerializer):
+    """`{"class": "guaranteed", "gbps_per_gpu": 50}`, `{"class": "standard"}` (the default) or
+    `{"class": "scavenger"}` (docs/fabric.md, "Bandwidth classes"); market.orders checks the
+    guarantee against the fabrics."""
+
+    class_ = serializers.ChoiceField(choices=qos.CLASSES, help_text=(
+        "guaranteed: gbps_per_gpu reserved on every link of the lease's routes; standard: "
+        "shares the rest; scavenger: uses what nobody else does"))
+    gbps_per_gpu = serializers.DecimalField(
+        max_digits=6, decimal_places=1, required=False, allow_null=True, default=None,
+        coerce_to_string=False, help_text="guaranteed only: Gb/s per GPU")
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["class"] = fields.pop("class_")  # `class` is the contract's name
+        return fields
+
+
 SHAPE_FIELDS = ("gpu_models", "gpus", "mig_profile", "gpu_share", "count", "hours",
                 "max_price_per_gpu_hour", "topology")
 
@@ -509,6 +548,8 @@ class OrderCreateSerializer(StrictSerializer):
         help_text="the Slurm account (or user) the lease's reservation is made for on nodes of a "
                   "Slurm cluster, which take only orders that name one: letters, digits, _ . -, "
                   "starting with a letter, digit or _")
+    bandwidth = BandwidthSerializer(required=False, help_text=(
+        "its traffic class on the InfiniBand fabric; default {\"class\": \"standard\"}"))
 
     def validate_max_price_per_gpu_hour(self, micros):
         if micros < 0:
@@ -544,6 +585,8 @@ class OrderCreateSerializer(StrictSerializer):
             allow_moves=data["allow_moves"],
             workload=dict(data["workload"]) if data.get("workload") is not None else None,
             ssh_keys=list(data["ssh_keys"]), slurm_account=data["slurm_account"],
+            bandwidth_class=data.get("bandwidth", {}).get("class", qos.STANDARD),
+            gbps_per_gpu=data.get("bandwidth", {}).get("gbps_per_gpu"),
         )
         if "alternatives" in data:
             return orders.over_alternatives(alternatives=[
@@ -568,6 +611,7 @@ class AlternativeOutSerializer(serializers.Serializer):
 
 class OrderSerializer(serializers.ModelSerializer):
     max_price_per_gpu_hour = DollarsField(source="max_price_micros")
+    bandwidth = serializers.SerializerMethodField()
     alternatives = AlternativeOutSerializer(many=True, read_only=True)
     price_to_win = serializers.SerializerMethodField(
         help_text="refused at the last clearing: the lowest limit per GPU-hour at which it "
@@ -586,7 +630,11 @@ class OrderSerializer(serializers.ModelSerializer):
                   "max_price_per_gpu_hour", "topology", "start_window", "fill", "pool", "queue",
                   "priority", "priority_class", "queue_position", "allow_moves", "workload", "ssh_keys",
                   "slurm_account", "alternatives", "alternative", "price_to_win",
-                  "price_to_win_reason", "created_at"]
+                  "price_to_win_reason", "bandwidth", "created_at"]
+
+    @extend_schema_field(BandwidthOutSerializer)
+    def get_bandwidth(self, order) -> dict:
+        return qos.bandwidth_json(order.bandwidth_class, order.gbps_per_gpu)
 
     def get_price_to_win(self, order) -> str | None:
         return None if order.price_to_win_micros is None else to_dollars(order.price_to_win_micros)

@@ -14,6 +14,7 @@ from django.db import models
 from django.db.backends.postgresql.psycopg_any import NumericRange
 from django.db.models import F, Q
 
+from fabric.core import qos
 from ibex.accounts.models import Organization
 from ibex.references import lease_ref
 from ibex.statemachine import StateChange
@@ -297,11 +298,21 @@ class Order(models.Model):
     price_to_win_reason = models.CharField(
         max_length=300, blank=True, help_text="why no price would have won, or how "
                                               "price_to_win was found")
+    bandwidth_class = models.CharField(
+        max_length=12, choices=[(c, c) for c in qos.CLASSES], default=qos.STANDARD,
+        help_text="its traffic class on the fabric (fabric.core.qos); passed on to its lease")
+    gbps_per_gpu = models.DecimalField(
+        max_digits=6, decimal_places=1, null=True, blank=True,
+        help_text="guaranteed: the Gb/s reserved per GPU on every link of its routes")
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
+            models.CheckConstraint(
+                condition=(Q(bandwidth_class=qos.GUARANTEED) & Q(gbps_per_gpu__gt=0))
+                | (~Q(bandwidth_class=qos.GUARANTEED) & Q(gbps_per_gpu__isnull=True)),
+                name="order_guarantee_only_for_guaranteed"),
             models.UniqueConstraint(fields=["tenant", "idempotency_key"],
                                     condition=~Q(idempotency_key=""),
                                     name="order_idempotency_key_unique_per_tenant"),

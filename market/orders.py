@@ -20,6 +20,8 @@ from django.utils import timezone
 
 from billing import services as money
 from billing.core.money import divide_rounded
+from fabric import selectors as fabric_selectors
+from fabric.core import qos
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.accounts.models import Organization
 from ibex.db import lock_until_commit, retry_on_deadlock
@@ -66,6 +68,8 @@ class OrderRequest:
     # an auction bid over 2-8 shapes ({gpu_models, gpus, hours, max_price_micros, topology}),
     # of which at most one wins; the shape fields above are then the first of them
     alternatives: list = field(default_factory=list)
+    bandwidth_class: str = qos.STANDARD  # its traffic class on the fabric (fabric.core.qos)
+    gbps_per_gpu: Decimal | None = None  # guaranteed: reserved per GPU on its routes
 
     @property
     def is_parts(self) -> bool:
@@ -209,6 +213,29 @@ def _check(request: OrderRequest) -> None:
     _check_window(request, timezone.now())
 
 
+def _check_bandwidth(request: OrderRequest) -> None:
+    """A known class; a guarantee with `guaranteed` only, for whole GPUs, no faster than the
+    fastest link of any fabric."""
+    if request.bandwidth_class not in qos.CLASSES:
+        raise OrderError(f"unknown bandwidth class {request.bandwidth_class!r}: one of "
+                         f"{', '.join(qos.CLASSES)}", field="bandwidth.class")
+    if request.bandwidth_class != qos.GUARANTEED:
+        if request.gbps_per_gpu is not None:
+            raise OrderError("gbps_per_gpu goes with the guaranteed class only.",
+                             field="bandwidth.gbps_per_gpu")
+        return
+    if request.is_parts:
+        raise OrderError("Parts of GPUs share one node and its links: they take the standard "
+                         "or scavenger class.", field="bandwidth.class")
+    if request.gbps_per_gpu is None or request.gbps_per_gpu <= 0:
+        raise OrderError("A guaranteed class needs gbps_per_gpu above 0.",
+                         field="bandwidth.gbps_per_gpu")
+    fastest = fabric_selectors.fastest_link_gbps()
+    if fastest is None or request.gbps_per_gpu > fastest:
+        raise OrderError(f"{request.gbps_per_gpu} Gb/s per GPU is above the fastest link of "
+                         f"any fabric ({fastest or 0} Gb/s)", field="bandwidth.gbps_per_gpu")
+
+
 def _check_parts(request: OrderRequest) -> None:
     """Parts of GPUs are sold on demand or spot, on one node, in the public market, and a MIG
     profile only by models that have it."""
@@ -241,6 +268,7 @@ def check_public_request(request: OrderRequest) -> Work:
     work = work_of(request)
     if request.is_parts:
         _check_parts(request)
+    _check_bandwidth(request)
     if request.tier != Lease.Tier.ON_DEMAND or request.is_parts or request.alternatives:
         _check(request)
     else:
@@ -263,6 +291,7 @@ def place_order(*, tenant: Organization, request: OrderRequest, actor: str) -> O
             _check_alternatives(request)  # refused: alternatives are public auction bids
         if request.is_parts:
             _check_parts(request)
+        _check_bandwidth(request)
         target = pool_orders.resolve_target(
             tenant=tenant, pool=request.pool, queue=request.queue, gpu_models=request.gpu_models,
             tier=request.tier, max_price_micros=request.max_price_micros, gpus=request.gpus,
@@ -314,6 +343,7 @@ def build_order(*, tenant: Organization, request: OrderRequest, work: Work) -> O
         fill=request.fill, priority=request.priority, allow_moves=allows_moves(request),
         workload=work.workload, ssh_keys=work.ssh_keys, slurm_account=work.slurm_account,
         alternatives=request.alternatives, alternative=None if request.alternatives else 0,
+        bandwidth_class=request.bandwidth_class, gbps_per_gpu=request.gbps_per_gpu,
     )
 
 
