@@ -12,10 +12,18 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fabric import services
+from fabric import selectors, services
 from fabric.core.fabric_report import REPORT_VERSION
 from fabric.core.spec import normalise_guid
-from fabric.models import PKEY_MAX, PKEY_MIN, Fabric, Link, Partition
+from fabric.models import (
+    ERROR_THRESHOLD_DEFAULT,
+    ERROR_THRESHOLD_MAX,
+    PKEY_MAX,
+    PKEY_MIN,
+    Fabric,
+    Link,
+    Partition,
+)
 from fabric.selectors import EXPORT_FORMATS, export_topology_conf
 from ibex.accounts.api import StrictSerializer
 from ibex.accounts.permissions import ReadOrProvide, organization_of
@@ -60,13 +68,51 @@ class FabricPartitionsSerializer(serializers.Serializer):
 
 
 class FabricUpdateSerializer(StrictSerializer):
-    pkey_range = PkeyRangeSerializer(help_text="the P_Keys IBEX gives leases' partitions "
-                                               "(default 0x1000-0x7ffe)")
+    pkey_range = PkeyRangeSerializer(required=False, help_text=(
+        "the P_Keys IBEX gives leases' partitions (default 0x1000-0x7ffe)"))
+    error_threshold = serializers.IntegerField(
+        required=False, min_value=0, max_value=ERROR_THRESHOLD_MAX, help_text=(
+            "errors per minute on a link (SymbolErrorCounter, PortRcvErrors, "
+            f"LinkDownedCounter of both ends) above which it is faulty (default "
+            f"{ERROR_THRESHOLD_DEFAULT})"))
+
+    def validate(self, data):
+        if not data:
+            raise ValidationError({"non_field_errors": [
+                "say what to change: pkey_range or error_threshold"]})
+        return data
+
+
+class FabricHealthTierSerializer(serializers.Serializer):
+    tier = serializers.CharField(help_text="host-leaf, leaf-spine, spine-core, ...")
+    links = serializers.IntegerField()
+    down = serializers.IntegerField()
+    erring = serializers.IntegerField(help_text="links above the error threshold")
+    errors_per_minute = serializers.FloatField()
+    traffic_gbps = serializers.FloatField(help_text="both directions, over the last interval")
+    capacity_gbps = serializers.FloatField(help_text="both directions of the links measured")
+    utilisation = serializers.FloatField(allow_null=True, help_text="traffic / capacity, 0-1")
+
+
+class FabricFaultSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="down or errors")
+    name = serializers.CharField(help_text="the link: `leaf01 port 5 - spine01 port 1`")
+    detail = serializers.CharField()
+    started_at = serializers.DateTimeField()
+
+
+class FabricHealthSerializer(serializers.Serializer):
+    sampled_at = serializers.DateTimeField(allow_null=True,
+                                           help_text="the fabric agent's last reading")
+    error_threshold = serializers.IntegerField(help_text="errors per minute on a link")
+    tiers = FabricHealthTierSerializer(many=True)
+    faults = FabricFaultSerializer(many=True, help_text="links down or erring now")
 
 
 class FabricSerializer(serializers.ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     partitions = serializers.SerializerMethodField()
+    health = serializers.SerializerMethodField()
     link_rate_gbps = serializers.DecimalField(max_digits=7, decimal_places=1, read_only=True,
                                               allow_null=True)
 
@@ -75,7 +121,7 @@ class FabricSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
                   "gateway", "gateway_status", "gateway_seen_at", "agent_seen_at",
                   "agent_reachable", "agent_error", "live_seen_at", "live_summary",
-                  "partitions", "created_at", "updated_at"]
+                  "partitions", "error_threshold", "health", "created_at", "updated_at"]
         read_only_fields = fields
 
     @extend_schema_field(FabricPartitionsSerializer)
@@ -86,6 +132,17 @@ class FabricSerializer(serializers.ModelSerializer):
                 "provider_pkeys": [f"{key:#06x}" for key in fabric.provider_pkeys or []],
                 "live": fabric.live_partitions if hasattr(fabric, "live_partitions")
                 else fabric.partitions.filter(released_at__isnull=True).count()}
+
+    @extend_schema_field(FabricHealthSerializer(allow_null=True))
+    def get_health(self, fabric) -> dict | None:
+        """Links down and erring, errors and utilisation per tier, from the stored counters
+        (docs/fabric.md, "Measured bandwidth and health"); in a single fabric's JSON only (null
+        in the list)."""
+        viewer = self.context.get("organization")
+        if not self.context.get("with_health") or viewer is None or not (
+                viewer.is_operator or fabric.owner_id == viewer.id):
+            return None  # the owner's and the operators' (a tenant's view drops it anyway)
+        return FabricHealthSerializer(selectors.fabric_health(fabric)).data
 
     def to_representation(self, fabric):
         data = super().to_representation(fabric)
@@ -138,6 +195,7 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         context = super().get_serializer_context()
         if not getattr(self, "swagger_fake_view", False):
             context["organization"] = organization_of(self.request)
+            context["with_health"] = self.action in ("retrieve", "partial_update")
         return context
 
     @extend_schema(request={"multipart/form-data": FabricImportSerializer},
@@ -164,7 +222,7 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
     @extend_schema(request=FabricUpdateSerializer, responses=FabricSerializer,
-                   summary="Set the fabric's P_Key range for leases' partitions")
+                   summary="Set the fabric's P_Key range and its link error threshold")
     def partial_update(self, request, pk=None):
         fabric = self.get_object()
         viewer = organization_of(request)
@@ -172,8 +230,9 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             raise NotFound()  # a tenant leasing on it sees it, but it is not theirs to change
         form = FabricUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        pkeys = form.validated_data["pkey_range"]
-        fabric = services.set_pkey_range(fabric=fabric, first=pkeys["first"], last=pkeys["last"])
+        fabric = services.update_fabric_settings(
+            fabric=fabric, pkey_range=form.validated_data.get("pkey_range"),
+            error_threshold=form.validated_data.get("error_threshold"))
         return Response(FabricSerializer(fabric, context=self.get_serializer_context()).data)
 
     @extend_schema(

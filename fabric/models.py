@@ -14,6 +14,7 @@ from ibex.accounts.models import Organization
 # 0x7fff is the default partition.
 PKEY_MIN, PKEY_MAX = 0x0001, 0x7FFE
 PKEY_FIRST, PKEY_LAST = 0x1000, 0x7FFE
+ERROR_THRESHOLD_DEFAULT, ERROR_THRESHOLD_MAX = 10, 1_000_000  # errors per minute on a link
 
 
 class Fabric(models.Model):
@@ -72,6 +73,12 @@ class Fabric(models.Model):
     provider_pkeys = models.JSONField(default=list, blank=True,
                                       help_text="P_Keys of the provider's own partition lines "
                                                 "(15 bits), as the fabric agent read them")
+    # Link health (docs/fabric.md, "Measured bandwidth and health"): a link whose ends count
+    # more errors than this per minute (SymbolErrorCounter, PortRcvErrors, LinkDownedCounter)
+    # is faulty, like one that is down.
+    error_threshold = models.PositiveIntegerField(
+        default=ERROR_THRESHOLD_DEFAULT,
+        help_text="errors per minute on a link (both ends) above which it is faulty")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -305,3 +312,68 @@ class Partition(models.Model):
 
     def __str__(self):
         return f"{self.holder}: {self.pkey:#06x}"
+
+
+class LinkFault(models.Model):
+    """A span of time during which a link was faulty: `down` (the fabric agent saw it down, until
+    it is active again) or `errors` (its ends counted more errors per minute than the fabric's
+    threshold, until an interval at or below it). The scheduler turns the faults on a lease's
+    path into SLA events (the fabric knows no leases). An open fault has no `ended_at`."""
+
+    class Kind(models.TextChoices):
+        DOWN = "down"
+        ERRORS = "errors"
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="link_faults")
+    link = models.ForeignKey(Link, on_delete=models.CASCADE, related_name="faults")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    name = models.CharField(max_length=300, help_text="the link, as people call it: "
+                                                      "`leaf01 port 5 - spine01 port 1`")
+    detail = models.CharField(max_length=300, blank=True,
+                              help_text="e.g. `42.0 errors/min > 10`")
+    started_at = models.DateTimeField(help_text="the poll that saw it (the agent's clock)")
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["link", "kind"], condition=Q(ended_at__isnull=True),
+                                    name="one_open_fault_per_link_and_kind"),
+            models.CheckConstraint(condition=Q(ended_at__isnull=True)
+                                   | Q(ended_at__gte=models.F("started_at")),
+                                   name="link_fault_ends_after_it_starts"),
+        ]
+        indexes = [models.Index(fields=["fabric", "ended_at"])]
+
+    def __str__(self):
+        return f"{self.name}: {self.kind} from {self.started_at}"
+
+
+class TrafficAccount(models.Model):
+    """What one lease's host sent while the lease was on it: the words its HCA ports counted
+    (PortXmitData deltas) over the intervals that started after the lease came onto it, and the
+    first and last moments counted. Opened when the pool binds a lease on a host, closed when it
+    leaves it; a lease's mean bandwidth is the sum of its accounts over their time. `holder` is
+    the market's lease reference (`L-12`): the fabric knows no leases."""
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="traffic_accounts")
+    holder = models.CharField(max_length=64, help_text="the lease reference, e.g. L-12")
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="traffic_accounts")
+    opened_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    words = models.BigIntegerField(default=0, help_text="4-byte words its HCA ports sent")
+    first_at = models.DateTimeField(null=True, blank=True,
+                                    help_text="the start of the first interval counted")
+    last_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="the end of the last interval counted")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["holder", "host"], condition=Q(closed_at__isnull=True),
+                                    name="one_open_traffic_account_per_lease_host"),
+            models.CheckConstraint(condition=Q(words__gte=0), name="traffic_words_not_negative"),
+        ]
+        indexes = [models.Index(fields=["holder"]), models.Index(fields=["host", "closed_at"])]
+
+    def __str__(self):
+        return f"{self.holder} on host {self.host_id}: {self.words} words"

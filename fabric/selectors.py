@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.db.models import Count, Max
 
+from fabric.core import bandwidth
 from fabric.core.levels import NodeDomains
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
 from fabric.core.topology import SnapshotNode, TopologySnapshot
-from fabric.models import Fabric, Host, Link, Partition, Port
+from fabric.models import Fabric, Host, Link, LinkFault, Partition, Port, TrafficAccount
 
 EXPORT_FORMATS = ("slurm-tree", "slurm-block")
 
@@ -93,3 +96,132 @@ def fastest_link_gbps() -> Decimal | None:
     imported with): no guarantee per GPU can be above it. None: no fabric."""
     cables = Link.objects.aggregate(fastest=Max("rate_gbps"))["fastest"]
     return cables or Fabric.objects.aggregate(fastest=Max("link_rate_gbps"))["fastest"]
+
+
+# --- measured bandwidth and health (docs/fabric.md, "Measured bandwidth and health") -----------
+
+
+def _sample(counters) -> bandwidth.Sample:
+    return bandwidth.Sample(
+        at=counters.sampled_at.timestamp(),
+        previous_at=(counters.previous_sampled_at.timestamp()
+                     if counters.previous_sampled_at else None),
+        extended=counters.extended, xmit_data=counters.xmit_data,
+        previous_xmit_data=counters.previous_xmit_data,
+        errors={name: getattr(counters, name) for name in bandwidth.ERROR_COUNTERS},
+        previous_errors={name: getattr(counters, f"previous_{name}")
+                         for name in bandwidth.ERROR_COUNTERS})
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def host_intervals(host_ids) -> dict[int, bandwidth.HostInterval | None]:
+    """Each host's last interval over its cabled HCA ports (None: a port not sampled, or no
+    figure), in one query."""
+    samples: dict[int, list] = defaultdict(list)
+    for port in Port.objects.filter(hca__host_id__in=list(host_ids), link__isnull=False) \
+            .select_related("counters", "hca"):
+        counters = getattr(port, "counters", None)
+        samples[port.hca.host_id].append(None if counters is None else _sample(counters))
+    return {host: None if any(s is None for s in found) else bandwidth.host_interval(found)
+            for host, found in samples.items()}
+
+
+def delivered_bandwidth(holders) -> dict[str, dict]:
+    """Each lease's delivered bandwidth, by its reference, from its traffic accounts and its
+    hosts' HCA port counters, in three queries however many leases:
+    `{"last_interval": Gb/s | None, "mean": Gb/s | None, "sampled_at": ISO | None,
+    "shared": bool}`. A lease with no account (never bound) is left out."""
+    holders = list(holders)
+    accounts: dict[str, list] = defaultdict(list)
+    for row in TrafficAccount.objects.filter(holder__in=holders).values_list(
+            "holder", "host_id", "opened_at", "closed_at", "words", "first_at", "last_at"):
+        accounts[row[0]].append(row)
+    open_hosts = {host for rows in accounts.values() for _, host, _, closed, *_ in rows
+                  if closed is None}
+    sharing: dict[int, int] = {}
+    intervals: dict[int, bandwidth.HostInterval | None] = {}
+    if open_hosts:
+        sharing = dict(TrafficAccount.objects.filter(host_id__in=open_hosts, closed_at__isnull=True)
+                       .values_list("host_id").annotate(leases=Count("holder", distinct=True))
+                       .order_by())
+        intervals = host_intervals(open_hosts)
+    found = {}
+    for holder, rows in accounts.items():
+        live = [(host, opened) for _, host, opened, closed, *_ in rows if closed is None]
+        last = None
+        if live:
+            last = bandwidth.last_interval_gbps((intervals.get(host), opened.timestamp())
+                                                for host, opened in live)
+        moments = [intervals[host].ended_at for host, _ in live if intervals.get(host)]
+        mean = bandwidth.mean_gbps(
+            (words, first.timestamp() if first else None, end.timestamp() if end else None)
+            for *_, words, first, end in rows)
+        found[holder] = {"last_interval": _rounded(last), "mean": _rounded(mean),
+                         "sampled_at": _iso(max(moments) if moments else None),
+                         "shared": any(sharing.get(host, 0) > 1 for host, _ in live)}
+    return found
+
+
+def hca_links_of_links(link_ids) -> list[tuple[int, int]]:
+    """(link id, host id) for each of the links that is a host's HCA cable."""
+    return list(Port.objects.filter(link_id__in=list(link_ids), hca__isnull=False)
+                .values_list("link_id", "hca__host_id"))
+
+
+UP_STATES = [state for state in Link.State.values if state != Link.State.DOWN]
+
+
+def cut_off_hosts_query():
+    """Hosts cut off from the fabric, as a subquery (`.filter(host__in=...)`): a cable of theirs
+    is down (an open `down` fault) and none of their HCA cables is up. A host with no cable
+    IBEX knows is never cut off."""
+    return (Host.objects.filter(hcas__port_set__link__faults__kind=LinkFault.Kind.DOWN,
+                                hcas__port_set__link__faults__ended_at__isnull=True)
+            .exclude(hcas__port_set__link__state__in=UP_STATES).values("pk"))
+
+
+def cut_off_hosts() -> set[int]:
+    return set(cut_off_hosts_query().values_list("pk", flat=True))
+
+
+def fabric_health(fabric: Fabric) -> dict:
+    """The provider's live picture: per tier (host-leaf, leaf-spine, ...) the links, those down
+    and erring, errors per minute and utilisation, from the stored counters; and the open
+    faults by name."""
+    ends: dict[int, list] = defaultdict(list)
+    for port in Port.objects.filter(fabric=fabric, link__isnull=False).select_related(
+            "counters", "link", "switch"):
+        ends[port.link_id].append(port)
+    readings = []
+    for ports in ends.values():
+        if len(ports) != 2:
+            continue
+        link = ports[0].link
+        tiers = [port.switch.tier if port.switch_id else "host" for port in ports]
+        samples = tuple(_sample(p.counters) for p in ports if getattr(p, "counters", None))
+        readings.append(bandwidth.LinkReading(
+            tier=bandwidth.tier_of_link(*tiers), state=link.state,
+            rate_gbps=float(link.rate_gbps) if link.rate_gbps is not None else None,
+            ends=samples))
+    tiers = bandwidth.tiers(readings, fabric.error_threshold)
+    faults = list(LinkFault.objects.filter(fabric=fabric, ended_at__isnull=True)
+                  .order_by("started_at", "id").values("kind", "name", "detail", "started_at"))
+    return {
+        "sampled_at": fabric.live_seen_at, "error_threshold": fabric.error_threshold,
+        "tiers": [{"tier": t.tier, "links": t.links, "down": t.down, "erring": t.erring,
+                   "errors_per_minute": round(t.errors_per_minute, 1),
+                   "traffic_gbps": round(t.traffic_gbps, 3),
+                   "capacity_gbps": round(t.capacity_gbps, 1),
+                   "utilisation": None if t.utilisation is None else round(t.utilisation, 4)}
+                  for t in tiers],
+        "faults": faults,
+    }

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from fabric.core import bandwidth
 from fabric.core.diags import link_key
 from fabric.core.errors import FabricFormatError
 from fabric.core.ibnetdiscover import parse_ibnetdiscover
@@ -26,15 +27,18 @@ from fabric.core.spec import FabricSpec
 from fabric.core.topology import bandwidth_inputs
 from fabric.models import (
     COUNTER_NAMES,
+    ERROR_THRESHOLD_MAX,
     Fabric,
     Hca,
     Host,
     Link,
+    LinkFault,
     LinkStateChange,
     Partition,
     Port,
     PortCounters,
     Switch,
+    TrafficAccount,
 )
 from fabric.selectors import live_partitions
 from ibex.accounts.models import Organization
@@ -262,7 +266,7 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
             item for item in live_links}
     links = Link.objects.filter(fabric=fabric).in_bulk(list(known.values()))
     partial = sum(key in live for key in known) < len(known) * MIN_SEEN_SHARE
-    updated, history, changed = [], [], []
+    updated, history, changed, flips = [], [], [], []
     names = None
     for key, link_id in known.items():
         link, seen = links[link_id], live.get(key)
@@ -277,6 +281,7 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
         if state != link.state:
             history.append(LinkStateChange(fabric=fabric, link=link, at=observed_at,
                                            from_state=link.state, to_state=state))
+            flips.append((link_id, before[0], state))
             link.state, link.state_changed_at = state, observed_at
             if len(changed) < CHANGES_NAMED:
                 names = names or device_names(fabric)
@@ -287,6 +292,10 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
     Link.objects.bulk_update(updated, ["state", "rate_gbps", "width", "state_changed_at"],
                              batch_size=BATCH)
     LinkStateChange.objects.bulk_create(history, batch_size=BATCH)
+    if flips:
+        names = names or device_names(fabric)
+        _follow_down_faults(fabric, flips, {link_id: link_name(ends[link_id], names)
+                                            for link_id, _, _ in flips}, observed_at)
     unmatched = [key for key in live if key not in known]
     if unmatched:
         names = names or device_names(fabric)
@@ -310,11 +319,16 @@ def link_name(ends, names: dict[str, str]) -> str:
 
 def _store_counters(fabric: Fabric, counters: list[dict], observed_at: datetime) -> dict:
     """Each port's new sample becomes its latest, the latest its previous. A sample no newer
-    than the one held (a report delivered twice, or late) is dropped."""
+    than the one held (a report delivered twice, or late) is dropped. The new samples then
+    feed the leases' traffic accounts and the links' error faults."""
     if not counters:
         return {"stored": 0, "unmatched": 0}
-    port_ids = {(guid, number): port_id for port_id, guid, number in
-                Port.objects.filter(fabric=fabric).values_list("id", "device_guid", "number")}
+    places: dict[int, tuple[int | None, int | None]] = {}
+    port_ids = {}
+    for port_id, guid, number, link_id, host_id in Port.objects.filter(fabric=fabric) \
+            .values_list("id", "device_guid", "number", "link_id", "hca__host_id"):
+        port_ids[(guid, number)] = port_id
+        places[port_id] = (link_id, host_id)
     held = {row.port_id: row for row in PortCounters.objects.filter(fabric=fabric)}
     rows, unmatched = [], 0
     for sample in counters:
@@ -337,7 +351,139 @@ def _store_counters(fabric: Fabric, counters: list[dict], observed_at: datetime)
         update_fields=["sampled_at", "extended", "previous_sampled_at", *COUNTER_NAMES,
                        *(f"previous_{name}" for name in COUNTER_NAMES)],
     )
+    _count_traffic(fabric, rows, places)
+    _follow_error_faults(fabric, rows, places, observed_at)
     return {"stored": len(rows), "unmatched": unmatched}
+
+
+# --- link health and delivered bandwidth -------------------------------------------------------
+
+
+def sample_of(row: PortCounters) -> bandwidth.Sample:
+    """A stored port's two samples as the pure core reads them."""
+    return bandwidth.Sample(
+        at=row.sampled_at.timestamp(),
+        previous_at=row.previous_sampled_at.timestamp() if row.previous_sampled_at else None,
+        extended=row.extended, xmit_data=row.xmit_data,
+        previous_xmit_data=row.previous_xmit_data,
+        errors={name: getattr(row, name) for name in bandwidth.ERROR_COUNTERS},
+        previous_errors={name: getattr(row, f"previous_{name}")
+                         for name in bandwidth.ERROR_COUNTERS})
+
+
+def _follow_down_faults(fabric: Fabric, flips: list[tuple[int, str, str]], names: dict[int, str],
+                        at: datetime) -> None:
+    """A link that went down opens a `down` fault; one that is active again closes it (`init`
+    and `armed` carry no data yet: the fault stays open until `active`)."""
+    went_down = [link_id for link_id, _, to in flips if to == Link.State.DOWN]
+    came_back = [link_id for link_id, _, to in flips if to == Link.State.ACTIVE]
+    if came_back:
+        LinkFault.objects.filter(link_id__in=came_back, kind=LinkFault.Kind.DOWN,
+                                 ended_at__isnull=True).update(ended_at=at)
+    if went_down:
+        LinkFault.objects.bulk_create(
+            [LinkFault(fabric=fabric, link_id=link_id, kind=LinkFault.Kind.DOWN,
+                       name=names[link_id][:300], detail="down", started_at=at)
+             for link_id in went_down], ignore_conflicts=True)
+
+
+def _follow_error_faults(fabric: Fabric, rows: list[PortCounters],
+                         places: dict[int, tuple[int | None, int | None]],
+                         at: datetime) -> None:
+    """Each link whose ends were sampled: above the fabric's threshold (errors per minute of both
+    ends) opens an `errors` fault, at or below it closes one; an interval with no figure (a
+    reset, a saturated counter) changes nothing."""
+    by_link: dict[int, list[bandwidth.Sample]] = defaultdict(list)
+    for row in rows:
+        link_id = places[row.port_id][0]
+        if link_id is not None:
+            by_link[link_id].append(sample_of(row))
+    erring, calm = {}, []
+    for link_id, samples in by_link.items():
+        rate = bandwidth.errors_per_minute(samples)
+        over = bandwidth.over_threshold(rate, fabric.error_threshold)
+        if over:
+            erring[link_id] = rate
+        elif over is False:
+            calm.append(link_id)
+    if calm:
+        LinkFault.objects.filter(link_id__in=calm, kind=LinkFault.Kind.ERRORS,
+                                 ended_at__isnull=True).update(ended_at=at)
+    if not erring:
+        return
+    already = set(LinkFault.objects.filter(link_id__in=list(erring), kind=LinkFault.Kind.ERRORS,
+                                           ended_at__isnull=True).values_list("link_id", flat=True))
+    new = [link_id for link_id in erring if link_id not in already]
+    if not new:
+        return
+    ends: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for link_id, guid, number in Port.objects.filter(link_id__in=new).order_by(
+            "link_id", "link_end").values_list("link_id", "device_guid", "number"):
+        ends[link_id].append((guid, number))
+    names = device_names(fabric)
+    LinkFault.objects.bulk_create(
+        [LinkFault(fabric=fabric, link_id=link_id, kind=LinkFault.Kind.ERRORS,
+                   name=link_name(ends[link_id], names)[:300], started_at=at,
+                   detail=f"{erring[link_id]:.1f} errors/min > {fabric.error_threshold}")
+         for link_id in new if len(ends[link_id]) == 2], ignore_conflicts=True)
+
+
+def _count_traffic(fabric: Fabric, rows: list[PortCounters],
+                   places: dict[int, tuple[int | None, int | None]]) -> None:
+    """Add each host's interval (its HCA ports' PortXmitData, all read in this poll) to the
+    open traffic accounts of the leases on it, when the interval started after the lease came
+    onto the host. A host with a port that gave no figure adds nothing this interval."""
+    by_host: dict[int, list[bandwidth.Sample]] = defaultdict(list)
+    for row in rows:
+        host_id = places[row.port_id][1]
+        if host_id is not None:
+            by_host[host_id].append(sample_of(row))
+    if not by_host:
+        return
+    accounts = list(TrafficAccount.objects.filter(host_id__in=list(by_host),
+                                                  closed_at__isnull=True))
+    if not accounts:
+        return
+    cabled = Counter(host_id for port_id, (link_id, host_id) in places.items()
+                     if host_id in by_host and link_id is not None)
+    intervals = {host_id: bandwidth.host_interval(samples) if len(samples) == cabled[host_id]
+                 else None for host_id, samples in by_host.items()}
+    changed = []
+    for account in accounts:
+        interval = intervals.get(account.host_id)
+        if interval is None or interval.started_at < account.opened_at.timestamp():
+            continue
+        start = datetime.fromtimestamp(interval.started_at, tz=UTC)
+        account.words += interval.words
+        account.first_at = min(account.first_at or start, start)
+        account.last_at = datetime.fromtimestamp(interval.ended_at, tz=UTC)
+        changed.append(account)
+    TrafficAccount.objects.bulk_update(changed, ["words", "first_at", "last_at"], batch_size=BATCH)
+
+
+@transaction.atomic(savepoint=False)  # inside the binding's transaction
+def track_lease_hosts(*, hosts_by_holder: dict[str, list[int]],
+                      now: datetime | None = None) -> None:
+    """Each lease's traffic accounts follow the hosts it is on now (`holder` → host ids, from the
+    pool's bindings, as `sync_partitions`): a host it came onto opens an account, one it left
+    closes its account. Called whenever the pool binds or unbinds a lease."""
+    if not hosts_by_holder:
+        return
+    now = now or timezone.now()
+    wanted = {(holder, host) for holder, hosts in hosts_by_holder.items()
+              for host in hosts if host is not None}
+    open_now = {(a.holder, a.host_id): a.pk for a in TrafficAccount.objects.filter(
+        holder__in=list(hosts_by_holder), closed_at__isnull=True)}
+    gone = [pk for key, pk in open_now.items() if key not in wanted]
+    if gone:
+        TrafficAccount.objects.filter(pk__in=gone).update(closed_at=now)
+    new = sorted(key for key in wanted if key not in open_now)
+    if new:
+        fabric_of = dict(Host.objects.filter(pk__in={host for _, host in new})
+                         .values_list("pk", "fabric_id"))
+        TrafficAccount.objects.bulk_create(
+            [TrafficAccount(fabric_id=fabric_of[host], holder=holder, host_id=host, opened_at=now)
+             for holder, host in new if host in fabric_of], ignore_conflicts=True)
 
 
 # --- partitions: a P_Key per lease ------------------------------------------------------------
@@ -450,3 +596,23 @@ def set_pkey_range(*, fabric: Fabric, first: int, last: int) -> Fabric:
     Fabric.objects.filter(pk=locked.pk).update(pkey_first=first, pkey_last=last)
     locked.pkey_first, locked.pkey_last = first, last
     return locked
+
+
+class ErrorThresholdRefused(Refusal):
+    field = "error_threshold"
+
+
+@transaction.atomic
+def update_fabric_settings(*, fabric: Fabric, pkey_range: dict | None = None,
+                           error_threshold: int | None = None) -> Fabric:
+    """The provider's settings of a fabric, all or none: its P_Key range ({first, last}) and its
+    link error threshold (errors per minute; faults open and close against it from the next
+    report on)."""
+    if error_threshold is not None and not 0 <= error_threshold <= ERROR_THRESHOLD_MAX:
+        raise ErrorThresholdRefused(f"between 0 and {ERROR_THRESHOLD_MAX} errors per minute")
+    if pkey_range is not None:
+        fabric = set_pkey_range(fabric=fabric, first=pkey_range["first"], last=pkey_range["last"])
+    if error_threshold is not None:
+        Fabric.objects.filter(pk=fabric.pk).update(error_threshold=error_threshold)
+        fabric.error_threshold = error_threshold
+    return fabric

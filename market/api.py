@@ -212,10 +212,28 @@ class BandwidthOutSerializer(serializers.Serializer):
         return fields
 
 
+class DeliveredBandwidthSerializer(serializers.Serializer):
+    last_interval = serializers.FloatField(allow_null=True, help_text=(
+        "Gb/s its nodes' HCA ports sent over the fabric agent's last interval (PortXmitData); "
+        "null when unknown: not measured yet, a counter reset or saturated, or it ended"))
+    mean = serializers.FloatField(allow_null=True, help_text=(
+        "Gb/s on average since it started, over every node it has been on"))
+    sampled_at = serializers.DateTimeField(allow_null=True,
+                                           help_text="the end of the last interval")
+    shared = serializers.BooleanField(help_text=(
+        "a node it is on serves another lease too: the node's whole traffic is shown"))
+
+
 class LeaseFabricSerializer(serializers.Serializer):
     pkey = serializers.CharField(allow_null=True, help_text=(
         "the P_Key of the lease's InfiniBand partition (`0x1a2b`, without the full-member "
         "bit): its nodes' HCA ports are its full members; null on one node, and once it ended"))
+    delivered_gbps = DeliveredBandwidthSerializer(help_text=(
+        "the bandwidth its nodes delivered, measured from their HCA ports' counters "
+        "(docs/fabric.md, \"Measured bandwidth and health\")"))
+
+
+NOT_MEASURED = {"last_interval": None, "mean": None, "sampled_at": None, "shared": False}
 
 
 class LeaseSerializer(serializers.ModelSerializer):
@@ -254,7 +272,11 @@ class LeaseSerializer(serializers.ModelSerializer):
         known = self.context.get("pkeys")
         if known is None:
             known = fabric_selectors.pkeys_of([lease.reference])
-        return {"pkey": known.get(lease.reference)}
+        delivered = self.context.get("delivered")
+        if delivered is None:
+            delivered = fabric_selectors.delivered_bandwidth([lease.reference])
+        return {"pkey": known.get(lease.reference),
+                "delivered_gbps": delivered.get(lease.reference, NOT_MEASURED)}
 
     def get_alternative(self, lease) -> int:
         """Which shape of its bid the lease is (0 unless a bid over alternatives won)."""
@@ -338,7 +360,9 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         # every lease's bindings in one query, not one per lease
         context = {**self.get_serializer_context(),
                    "bindings": pool_workloads.bindings_by_lease(lease.reference for lease in leases),
-                   "pkeys": fabric_selectors.pkeys_of([lease.reference for lease in leases])}
+                   "pkeys": fabric_selectors.pkeys_of([lease.reference for lease in leases]),
+                   "delivered": fabric_selectors.delivered_bandwidth(
+                       [lease.reference for lease in leases])}
         data = LeaseSerializer(leases, many=True, context=context).data
         return self.get_paginated_response(data) if page is not None else Response(data)
 

@@ -27,6 +27,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
+from fabric import selectors as fabric_selectors
 from fabric import services as fabric_services
 from fabric.models import Fabric, Host
 from ibex.accounts import services as accounts
@@ -617,9 +618,11 @@ def bind_lease(*, node: Node, lease_ref: str, gpu_indexes: list[int]) -> Binding
 def unbind_lease(*, node: Node, lease_ref: str) -> None:
     Binding.objects.filter(node=node, lease_ref=lease_ref).update(serve=False)
     # the lease's partition follows the nodes it is still on (none left: it is released)
-    fabric_services.sync_partitions(hosts_by_holder={lease_ref: list(
-        Binding.objects.filter(lease_ref=lease_ref, serve=True)
-        .values_list("node__host_id", flat=True))})
+    # ... and so do its traffic accounts (its delivered bandwidth: docs/fabric.md)
+    hosts_left = {lease_ref: list(Binding.objects.filter(lease_ref=lease_ref, serve=True)
+                                  .values_list("node__host_id", flat=True))}
+    fabric_services.sync_partitions(hosts_by_holder=hosts_left)
+    fabric_services.track_lease_hosts(hosts_by_holder=hosts_left)
     workloads.wake_nodes([node.pk])
 
 
@@ -682,8 +685,10 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
     if new:
         Binding.objects.bulk_create(new)
     # each lease on several nodes has its own InfiniBand partition of exactly those nodes
-    fabric_services.sync_partitions(hosts_by_holder={
-        ref: [host_of[node] for node in nodes] for ref, nodes in wanted.items()})
+    # (and its traffic accounts follow its hosts: its delivered bandwidth, docs/fabric.md)
+    hosts_now = {ref: [host_of[node] for node in nodes] for ref, nodes in wanted.items()}
+    fabric_services.sync_partitions(hosts_by_holder=hosts_now)
+    fabric_services.track_lease_hosts(hosts_by_holder=hosts_now)
     workloads.wake_nodes([node for (ref, node) in existing] +
                          [node for nodes in wanted.values() for node in nodes])
     return restarted
@@ -754,7 +759,8 @@ def mark_shareable(*, gpu_ids: list[int], shareable: bool) -> int:
 
 def offered_gpus(*, now: datetime | None = None):
     """GPUs a tenant may be offered: verified provider, active reachable node that beat within
-    one interval plus HEARTBEAT_GRACE_S, healthy GPU (reported by that node's agent)."""
+    one interval plus HEARTBEAT_GRACE_S, healthy GPU (reported by that node's agent), on a host
+    the fabric has not cut off (every HCA cable down)."""
     now = now or timezone.now()
     return Gpu.objects.filter(
         node__provider__provider_profile__state=ProviderProfile.State.VERIFIED,
@@ -762,7 +768,8 @@ def offered_gpus(*, now: datetime | None = None):
     ).filter(Q(node__last_heartbeat_at__gte=_fresh_since(now))
              # never heard from: only data loaded without agents (tests, benchmarks); a real
              # node becomes active by its first heartbeat
-             | Q(node__last_heartbeat_at__isnull=True))
+             | Q(node__last_heartbeat_at__isnull=True)
+             ).exclude(node__host__in=fabric_selectors.cut_off_hosts_query())
 
 
 def _fresh_since(now: datetime):

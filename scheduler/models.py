@@ -93,3 +93,32 @@ class DefragRun(models.Model):
     def __str__(self):
         return (f"defrag {self.started_at:%Y-%m-%d %H:%M}: whole free leaves "
                 f"{self.whole_free_leaves_before} → {self.whole_free_leaves_after}")
+
+
+class LeaseLinkNotice(models.Model):
+    """A faulty link on a live lease's path, as the scheduler told the lease (one row per lease
+    and fault): the hosts of the lease the link serves, the span it was faulty (copied from the
+    fabric's `LinkFault`, which a re-import may delete), and whether the lease was told that it
+    is back. The SLA counts the lease's GPUs on those hosts down for the span
+    (`scheduler/sla.py`); `scheduler/link_health.py` alone writes these rows."""
+
+    lease = models.ForeignKey("market.Lease", on_delete=models.CASCADE,
+                              related_name="link_notices")
+    fault = models.ForeignKey("fabric.LinkFault", null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="notices")
+    link_name = models.CharField(max_length=300)
+    kind = models.CharField(max_length=10, help_text="down or errors")
+    detail = models.CharField(max_length=300, blank=True)
+    host_ids = models.JSONField(default=list, help_text="fabric hosts of the lease it serves")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["lease", "fault"], name="one_notice_per_lease_fault"),
+        ]
+        indexes = [models.Index(fields=["ended_at"])]
+
+    def __str__(self):
+        return f"lease {self.lease_id}: {self.link_name} {self.kind}"

@@ -1,6 +1,9 @@
 """Service levels: the terms each lease is sold with, measuring them from the pool's health
 events, and crediting breaches through the ledger without anyone asking.
 
+A lease is down on a GPU whose node is unreachable, that failed, or whose host a faulty link on
+the lease's path serves (a `LeaseLinkNotice`: scheduler/link_health.py).
+
 Terms per tier (stored per lease in `LeaseSla` when the lease is first seen):
 - on-demand: GPU availability 99.5 % over the lease; active within 60 s of winning;
 - reserved: GPU availability 99.9 % over the lease; active within 60 s of its start;
@@ -39,7 +42,7 @@ from notify.models import Event
 from pool.models import HealthEvent
 from pool.services import UNREACHABLE_AFTER_INTERVALS
 from scheduler.core import sla as measure_core
-from scheduler.models import LeaseSla, SlaCredit
+from scheduler.models import LeaseLinkNotice, LeaseSla, SlaCredit
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +147,20 @@ def measure(lease: Lease, sla: LeaseSla, now: datetime) -> Measurement:
             node_events[node_id].append((at, kind))
         elif kind == HealthEvent.Kind.GPU_HEALTH:
             gpu_events[gpu_id].append((at, to_value))
+    # faulty links on its path, per fabric host (scheduler/link_health.py)
+    links_of_host: dict[int, list] = {}
+    for notice_id, host_ids, started, ended in LeaseLinkNotice.objects.filter(
+            lease=lease, started_at__lte=until).values_list("pk", "host_ids", "started_at",
+                                                            "ended_at"):
+        for host_id in host_ids:
+            links_of_host.setdefault(host_id, []).append((f"link:{notice_id}", started, ended))
     downtimes, down_total = [], 0
     for allocation in sorted(allocations, key=lambda a: (a.gpu.node.hostname, a.gpu.index)):
         gpu = allocation.gpu
         lead = timedelta(seconds=UNREACHABLE_AFTER_INTERVALS * gpu.node.heartbeat_interval_s)
         signals = (measure_core.node_signals(node_events[gpu.node_id], lead)
-                   + measure_core.gpu_signals(gpu_events[gpu.pk]))
+                   + measure_core.gpu_signals(gpu_events[gpu.pk])
+                   + measure_core.link_signals(links_of_host.get(gpu.node.host_id, [])))
         spans = measure_core.down_spans(signals, until)
         upper = allocation.period.upper or until
         window = (max(active_at, allocation.period.lower), min(until, upper))

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from scheduler import placing, sla
+from scheduler import link_health, placing, sla
 from scheduler.moves import defrag, drain, remediation
 from scheduler.pools import admission, tides
 
@@ -64,6 +64,12 @@ def fail_stuck_leases() -> list[int]:
 def evaluate_slas() -> list[int]:
     """Measure active and recently ended leases and credit breaches (beat: every 60 s)."""
     return sla.evaluate_slas()
+
+
+@shared_task(name="scheduler.watch_links")
+def watch_links() -> dict:
+    """Tell live leases of faulty links on their path, and of links back (beat: every 15 s)."""
+    return link_health.watch_links()
 
 
 @shared_task(name="scheduler.remediate_leases")

@@ -6,7 +6,9 @@ A GPU is down while its node is unreachable or the GPU itself has failed:
   the node is counted down from the event time less `lead` (3 heartbeat intervals), never
   earlier than its previous event, until its `node_reachable` event;
 - a GPU's `gpu_health` event to `failed` counts it down until an event back to `ok`
-  (`degraded` is slower, not down).
+  (`degraded` is slower, not down);
+- a faulty link on the lease's path (down, or erring above the provider's threshold) counts the
+  lease's GPUs on the hosts it serves down while it is faulty (`link_signals`).
 Downtime counts only while the GPU is allocated to the lease and the lease is active.
 """
 
@@ -55,9 +57,20 @@ def gpu_signals(events: Iterable[tuple[datetime, str]]) -> list[Signal]:
     return signals
 
 
+def link_signals(notices: Iterable[tuple[str, datetime, datetime | None]]) -> list[Signal]:
+    """(source, started, ended or None) faulty links on the lease's path → signals: down from
+    `started` until `ended` (each link is its own source: two faulty links overlap)."""
+    signals = []
+    for source, started, ended in notices:
+        signals.append(Signal(started, source, True))
+        if ended is not None:
+            signals.append(Signal(ended, source, False))
+    return signals
+
+
 def down_spans(signals: Iterable[Signal], until: datetime) -> list[Span]:
     """Spans during which any source was down, up to `until`."""
-    down = {"node": False, "gpu": False}
+    down: dict[str, bool] = {"node": False, "gpu": False}
     spans, start = [], None
     for signal in sorted(signals, key=lambda s: (s.at, s.down)):
         was_down = any(down.values())

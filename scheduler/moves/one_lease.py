@@ -12,6 +12,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from fabric import selectors as fabric_selectors
 from market import leasing, parts
 from market.models import Allocation, Lease
 from pool import services as pool
@@ -39,15 +40,19 @@ class Held:
 def held_by(lease_ids: list[int], now: datetime) -> dict[int, list[Held]]:
     """The GPUs each lease holds at `now`, in one query (read it under the leases' locks, with
     the time read after them)."""
-    rows = Allocation.objects.filter(lease_id__in=lease_ids, period__contains=now).values_list(
-        "lease_id", "gpu_id", "gpu__node_id", "gpu__index", "gpu__node__fabric__name",
-        "gpu__node__host__spine", "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health",
-        "gpu__node__health")
+    rows = list(Allocation.objects.filter(lease_id__in=lease_ids, period__contains=now)
+                .values_list("lease_id", "gpu_id", "gpu__node_id", "gpu__index",
+                             "gpu__node__fabric__name", "gpu__node__host__spine",
+                             "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health",
+                             "gpu__node__health", "gpu__node__host_id"))
+    # hosts cut off from the fabric (every HCA cable down) are broken like a silent node
+    cut_off = fabric_selectors.cut_off_hosts() if rows else set()
     held: dict[int, list[Held]] = defaultdict(list)
-    for lease, gpu, node, index, fabric, spine, leaf, host, health, node_health in rows:
+    for lease, gpu, node, index, fabric, spine, leaf, host, health, node_health, host_id in rows:
         held[lease].append(Held(gpu, node, index, fabric, spine, leaf, host,
                                 health == Gpu.Health.FAILED
-                                or node_health == Node.Health.UNREACHABLE))
+                                or node_health == Node.Health.UNREACHABLE
+                                or host_id in cut_off))
     return held
 
 

@@ -1,4 +1,5 @@
-"""Remediation: move active leases off failed GPUs and unreachable nodes.
+"""Remediation: move active leases off failed GPUs, unreachable nodes and hosts cut off from the
+fabric.
 
 For each active lease holding a GPU that failed (or sits on an unreachable node), look for as
 many free, healthy, offered GPUs of the lease's model, priced within its limit, inside the
@@ -24,6 +25,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from fabric import selectors as fabric_selectors
 from market import leasing, parts
 from market.models import Allocation, Lease, LeaseEvent
 from pool import services as pool
@@ -35,8 +37,10 @@ CHUNK = 50
 
 
 def _broken() -> Q:
-    """An allocation whose GPU failed or whose node went silent."""
-    return Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
+    """An allocation whose GPU failed, whose node went silent, or whose host the fabric cut off
+    (every HCA cable down: scheduler/link_health.py)."""
+    return (Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
+            | Q(gpu__node__host__in=fabric_selectors.cut_off_hosts_query()))
 
 
 def remediate_leases(*, now: datetime | None = None) -> dict[int, str]:
