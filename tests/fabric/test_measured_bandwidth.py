@@ -10,8 +10,9 @@ from django.utils import timezone
 from fabric.models import Fabric, LinkFault, TrafficAccount
 from market.models import Allocation
 from pool.models import Node
-from tests.factories import client_for
+from scheduler.moves import remediation
 from tests.fabric.lease_traffic import LAB, counters, hca_link, post_report
+from tests.factories import client_for
 from tests.scheduler.moves.test_remediation import active_lease, setup_market
 
 pytestmark = pytest.mark.django_db
@@ -118,7 +119,6 @@ def test_a_lease_that_moves_keeps_its_mean_over_both_hosts():
     agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
     post_report(agent, t0, xmit={old: 0})
     post_report(agent, t0 + timedelta(seconds=10), xmit={old: GB})
-    from scheduler.moves import remediation
     Node.objects.filter(hostname=old).update(health=Node.Health.UNREACHABLE)
     remediation.remediate_leases()
     (new,) = hosts_of(lease)
