@@ -33,6 +33,13 @@ class GpuDowntimeSerializer(serializers.Serializer):
     seconds = serializers.IntegerField()
 
 
+class FaultyLinkSerializer(serializers.Serializer):
+    link = serializers.CharField(help_text="`leaf01 port 5 - spine01 port 1`")
+    kind = serializers.CharField(help_text="down, or errors above the provider's threshold")
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="null: faulty still")
+
+
 class SlaMeasurementSerializer(serializers.Serializer):
     measured_until = serializers.DateTimeField()
     won_at = serializers.DateTimeField()
@@ -45,6 +52,9 @@ class SlaMeasurementSerializer(serializers.Serializer):
     activation_s = serializers.IntegerField(allow_null=True)
     activation_late = serializers.BooleanField()
     down_gpus = GpuDowntimeSerializer(many=True)
+    faulty_links = FaultyLinkSerializer(many=True, help_text=(
+        "links on its path that were down or erring: its GPUs on the hosts they serve count "
+        "down meanwhile"))
     locality_now = serializers.JSONField(help_text="where its GPUs sit now")
     locality_kept = serializers.BooleanField(help_text="no farther apart than promised")
 
@@ -107,6 +117,7 @@ class LeaseSlaView(APIView):
                     m.down_gpu_seconds, m.lease_gpu_seconds, target),
                 "activation_s": m.activation_s, "activation_late": m.activation_late,
                 "down_gpus": [{"gpu": g.gpu, "seconds": g.seconds} for g in m.gpus],
+                "faulty_links": report["faulty_links"],
                 "locality_now": report["locality_now"],
                 "locality_kept": report["locality_kept"]},
             "cost_so_far": report["cost_so_far_micros"],

@@ -322,4 +322,9 @@ def sla_report(lease: Lease, now: datetime | None = None) -> dict:
     return {"sla": sla, "measurement": m, "owed": o, "locality_now": current,
             "locality_kept": locality_kept(sla.promised_locality, current),
             "cost_so_far_micros": cost_so_far_micros(lease),
+            "faulty_links": [
+                {"link": name, "kind": kind, "started_at": started, "ended_at": ended}
+                for name, kind, started, ended in LeaseLinkNotice.objects.filter(lease=lease)
+                .order_by("started_at", "pk").values_list("link_name", "kind", "started_at",
+                                                          "ended_at")],
             "credits": list(SlaCredit.objects.filter(lease=lease).order_by("window_start"))}

@@ -1,0 +1,126 @@
+"""A faulty link on a lease's path is an SLA event like a failed GPU: the lease is told once, with
+the link named; its GPUs on the hosts the link serves count down until the link is back (then
+an event says so); a lease on a host the fabric cut off is moved by remediation."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from fabric.models import Fabric, LinkFault
+from market.models import Allocation, LeaseEvent
+from notify.models import Event
+from scheduler import link_health, sla
+from scheduler.models import LeaseLinkNotice
+from scheduler.moves import remediation
+from tests.fabric.lease_traffic import counters, hca_link, post_report
+from tests.factories import client_for
+from tests.scheduler.moves.test_remediation import active_lease, setup_market
+
+pytestmark = pytest.mark.django_db
+
+
+def hosts_of(lease) -> list[str]:
+    return sorted(set(Allocation.objects.filter(lease=lease, period__contains=timezone.now())
+                      .values_list("gpu__node__hostname", flat=True)))
+
+
+def provider_client():
+    return client_for(Fabric.objects.get(name="lab").owner)
+
+
+def link_events(lease) -> list[tuple[str, str]]:
+    return list(LeaseEvent.objects.filter(lease=lease, kind__startswith="link_")
+                .order_by("id").values_list("kind", "reason"))
+
+
+def leaf_of(host: str) -> str:
+    return {"hpc-provider-01": "leaf01", "hpc-provider-02": "leaf01"}.get(host, "leaf02")
+
+
+def test_a_link_down_on_a_leases_path_is_told_once_naming_it_counted_down_and_back():
+    tenant = setup_market()
+    lease = active_lease(tenant, gpus=16)
+    cut, other = hosts_of(lease)
+    agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
+    post_report(agent, t0)
+    name = f"{cut} mlx5_0 port 1 - {leaf_of(cut)} port {hca_link(cut).b_port}"
+
+    post_report(agent, t0 + timedelta(seconds=30), without_hosts=[cut])
+    first = link_health.watch_links()
+    again = link_health.watch_links()
+    told = link_events(lease)
+    during = tenant.get(f"/api/v1/leases/{lease.pk}/sla/").json()
+    post_report(agent, t0 + timedelta(seconds=90))
+    back = link_health.watch_links()
+    measured = sla.measure(lease, sla.ensure_sla(lease), t0 + timedelta(seconds=150))
+    shown = tenant.get(f"/api/v1/leases/{lease.pk}/sla/").json()["measurement"]
+
+    assert first == {"told": 1, "restored": 0} and again == {"told": 0, "restored": 0}
+    assert told[0][0] == "link_down" and f"link {name} is down" in told[0][1]
+    assert cut in told[0][1] and other not in told[0][1]
+    assert Event.objects.get(lease=lease, kind=Event.Kind.DEGRADED).payload["link"] == name
+    assert back == {"told": 0, "restored": 1}
+    assert link_events(lease)[1][0] == "link_restored"
+    assert f"link {name} is back" in link_events(lease)[1][1] and "(down for 60 s)" in \
+        link_events(lease)[1][1]
+    # its 8 GPUs on the host cut off, for the 60 s the link was down; the other host's none
+    assert measured.down_gpu_seconds == 8 * 60
+    assert {g.gpu.split("/")[0] for g in measured.gpus} == {cut}
+    assert during["measurement"]["faulty_links"] == [{
+        "link": name, "kind": "down",
+        "started_at": (t0 + timedelta(seconds=30)).isoformat().replace("+00:00", "Z"),
+        "ended_at": None}]
+    assert shown["faulty_links"][0]["ended_at"] == \
+        (t0 + timedelta(seconds=90)).isoformat().replace("+00:00", "Z")
+
+
+def test_a_link_of_another_host_tells_the_lease_nothing():
+    tenant = setup_market()
+    lease = active_lease(tenant, gpus=8)
+    (host,) = hosts_of(lease)
+    elsewhere = next(h for h in ("hpc-provider-03", "hpc-provider-04", "hpc-provider-01")
+                     if h != host)
+    agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
+    post_report(agent, t0)
+
+    post_report(agent, t0 + timedelta(seconds=30), without_hosts=[elsewhere])
+    told = link_health.watch_links()
+
+    assert LinkFault.objects.filter(kind="down").count() == 1
+    assert told == {"told": 0, "restored": 0} and link_events(lease) == []
+    assert not LeaseLinkNotice.objects.exists()
+
+
+def test_a_link_erring_above_the_threshold_is_told_like_one_down():
+    tenant = setup_market()
+    lease = active_lease(tenant, gpus=8)
+    (host,) = hosts_of(lease)
+    agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
+    post_report(agent, t0, xmit={host: 0})
+
+    post_report(agent, t0 + timedelta(seconds=60),
+                extra=counters({host: 0}, errors={"rcv_errors": 40}))
+    link_health.watch_links()
+
+    (kind, reason), = link_events(lease)
+    assert kind == "link_errors"
+    assert "errs: 40.0 errors/min > 10" in reason
+
+
+def test_a_lease_on_a_host_the_fabric_cut_off_is_moved_by_remediation():
+    tenant = setup_market()
+    lease = active_lease(tenant, gpus=8, topology={"required": "leaf"})
+    (cut,) = hosts_of(lease)
+    agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
+    post_report(agent, t0)
+
+    post_report(agent, t0 + timedelta(seconds=30), without_hosts=[cut])
+    link_health.watch_links()
+    outcome = remediation.remediate_leases()
+    (moved_to,) = hosts_of(lease)
+
+    assert outcome == {lease.pk: "moved"}
+    assert moved_to != cut and leaf_of(moved_to) == leaf_of(cut)
+    assert link_events(lease)[0][0] == "link_down"
+    assert LeaseEvent.objects.filter(lease=lease, kind="moved").exists()
