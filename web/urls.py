@@ -51,6 +51,8 @@ urlpatterns = [
     path("provider/", views_provider.fleet, name="provider"),
     path("provider/prices/", views_provider.set_price, name="set-price"),
     path("provider/fabrics/", views_provider.import_fabric, name="import-fabric"),
+    path("provider/fabrics/<int:fabric_id>/health/", views_provider.fabric_health_part,
+         name="fabric-health"),
     path("provider/earnings/", views_provider.earnings, name="earnings"),
     path("ops/", views_ops.dashboard, name="ops"),
     path("ops/health/", views_ops.health, name="ops-health"),

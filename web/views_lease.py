@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fabric import selectors as fabric_selectors
 from fabric.core.locality import Locality
 from market import leasing, orders, parts
 from market.leasing import ENDED, allocation_key, allocations_in_force_with_places
@@ -48,6 +49,8 @@ def _lease_context(lease: Lease) -> dict:
     context = {"lease": lease, "ended": lease.state in ENDED, "gpus": _gpus(lease, allocations),
                "locality": Locality.of(map(allocation_key, allocations)).to_json(),
                "events": lease.events.all(), "sla": _sla(lease), "now": now,
+               "delivered": fabric_selectors.delivered_bandwidth([lease.reference]).get(
+                   lease.reference),
                "max_extend_hours": MAX_EXTEND_HOURS}
     if lease.state == Lease.State.PREEMPTING and lease.preempt_at:
         left = (lease.preempt_at - now).total_seconds()

@@ -1,5 +1,5 @@
-"""The provider's pages: onboarding, fleet, a picture of each fabric with what is leased now,
-bulk pricing, and earnings and payouts."""
+"""The provider's pages: onboarding, fleet, a picture of each fabric with what is leased now and
+its links' health per tier, bulk pricing, and earnings and payouts."""
 
 from collections import Counter, defaultdict
 from datetime import timedelta
@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Min, Q, Sum
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -17,7 +17,7 @@ from billing.models import ConnectAccount, Payout, UsageRecord
 from billing.services import balances_of
 from fabric import services as fabric_services
 from fabric.models import Fabric
-from fabric.selectors import node_domains
+from fabric.selectors import fabric_health, node_domains
 from ibex.accounts.models import ProviderProfile
 from market import prices
 from market.models import Allocation
@@ -83,7 +83,10 @@ def _pictures(provider, nodes) -> list[dict]:
         spines, width, height = layout(node_domains(fabric), states)
         fills = Counter(mark.fill for spine in spines for leaf in spine.children
                         for mark in leaf.children)
-        pictures.append({"fabric": fabric, "spines": spines, "width": width, "height": height, "fills": fills})
+        pictures.append({"fabric": fabric, "spines": spines, "width": width, "height": height,
+                         "fills": fills,
+                         "health": fabric_health(fabric) if fabric.owner_id == provider.id
+                         else None})
     return pictures
 
 
@@ -152,6 +155,16 @@ def import_fabric(request):
     return _page(request, PriceForm(initial={"scope_kind": "fabric",
                                               "scope_value": fabric.name if fabric else ""}),
                  status=400, fabric_form=form)
+
+
+@require_GET
+@provider_required
+def fabric_health_part(request, fabric_id: int):
+    """The fabric's links down, error rates and utilisation per tier, live: the fleet page's
+    health block, fetched again every few seconds (htmx); the page itself shows it without."""
+    fabric = get_object_or_404(Fabric, pk=fabric_id, owner=request.organization)
+    return render(request, "web/partials/fabric_health.html",
+                  {"fabric": fabric, "health": fabric_health(fabric)})
 
 
 PAYOUTS_PER_PAGE = 20
