@@ -356,7 +356,6 @@ class TrafficAccount(models.Model):
     leaves it; a lease's mean bandwidth is the sum of its accounts over their time. `holder` is
     the market's lease reference (`L-12`): the fabric knows no leases."""
 
-    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="traffic_accounts")
     holder = models.CharField(max_length=64, help_text="the lease reference, e.g. L-12")
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="traffic_accounts")
     opened_at = models.DateTimeField()

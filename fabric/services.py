@@ -479,11 +479,9 @@ def track_lease_hosts(*, hosts_by_holder: dict[str, list[int]],
         TrafficAccount.objects.filter(pk__in=gone).update(closed_at=now)
     new = sorted(key for key in wanted if key not in open_now)
     if new:
-        fabric_of = dict(Host.objects.filter(pk__in={host for _, host in new})
-                         .values_list("pk", "fabric_id"))
         TrafficAccount.objects.bulk_create(
-            [TrafficAccount(fabric_id=fabric_of[host], holder=holder, host_id=host, opened_at=now)
-             for holder, host in new if host in fabric_of], ignore_conflicts=True)
+            [TrafficAccount(holder=holder, host_id=host, opened_at=now) for holder, host in new],
+            ignore_conflicts=True)
 
 
 # --- partitions: a P_Key per lease ------------------------------------------------------------

@@ -44,7 +44,6 @@ class Migration(migrations.Migration):
                 ('words', models.BigIntegerField(default=0, help_text='4-byte words its HCA ports sent')),
                 ('first_at', models.DateTimeField(blank=True, help_text='the start of the first interval counted', null=True)),
                 ('last_at', models.DateTimeField(blank=True, help_text='the end of the last interval counted', null=True)),
-                ('fabric', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='traffic_accounts', to='fabric.fabric')),
                 ('host', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='traffic_accounts', to='fabric.host')),
             ],
             options={

@@ -130,7 +130,8 @@ def test_a_pass_reads_the_free_gpus_once_however_many_leases_it_moves(
     leases = [active_lease(client, gpus=1) for _ in range(6)]
     fail_all([Allocation.objects.get(lease=lease).gpu for lease in leases])
 
-    with django_assert_max_num_queries(25) as captured:  # ~18 a lease before
+    # ~18 a lease before; a few more for the hosts cut off and the leases' traffic accounts
+    with django_assert_max_num_queries(30) as captured:
         outcome = remediation.remediate_leases()
 
     assert outcome == {lease.pk: "moved" for lease in leases}
