@@ -7,9 +7,9 @@ from decimal import Decimal
 from django.db.models import Count, Max
 
 from fabric.core.levels import NodeDomains
+from fabric.core.routes import RouteMap, decode_table
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
 from fabric.core.topology import SnapshotNode, TopologySnapshot
-from fabric.core.routes import RouteMap, decode_table
 from fabric.models import Fabric, FabricRoutes, Host, Link, Partition, Port, Switch
 
 EXPORT_FORMATS = ("slurm-tree", "slurm-block")

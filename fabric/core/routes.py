@@ -53,10 +53,25 @@ class RouteMap:
     down: set[Port] = field(default_factory=set)
     names: dict[str, str] = field(default_factory=dict)  # GUID -> switch or host name
     rates: dict[Port, float] = field(default_factory=dict)  # sending port -> the cable's Gb/s
+    # traced paths, by (source, destination): a RouteMap is not changed once built
+    _paths: dict = field(default_factory=dict, repr=False)
 
     def path(self, source: str, destination: str) -> list[Port]:
         """The directed links (sending ports) from `source`'s HCA to `destination`'s, in
         order; RouteBroken when the tables do not lead there over links that are up."""
+        key = (source, destination)
+        found = self._paths.get(key)
+        if found is None:
+            try:
+                found = self._trace(source, destination)
+            except RouteBroken as broken:
+                found = broken
+            self._paths[key] = found
+        if isinstance(found, RouteBroken):
+            raise found
+        return found
+
+    def _trace(self, source: str, destination: str) -> list[Port]:
         start, (target, _port) = self.host_ports[source], self.host_ports[destination]
         lid = self.lids.get(target)
         if lid is None:
@@ -95,3 +110,59 @@ class RouteMap:
     def ring_links(self, hosts: list[str]) -> set[Port]:
         """Every directed link on the ring's routes (RouteBroken where one is broken)."""
         return {port for a, b in self.ring(hosts) for port in self.path(a, b)}
+
+
+def derived_route_map(cables: list[tuple[Port, Port]], host_ports: dict[str, Port],
+                      switches: set[str], *, names: dict[str, str] | None = None,
+                      rates: dict[Port, float] | None = None,
+                      down: set[Port] | None = None) -> RouteMap:
+    """Routes IBEX derives from its own topology when no agent has sent the real ones:
+    min-hop, spread over equal next hops by destination LID (D-mod-K, as OpenSM's ftree and
+    minhop engines spread them). Each host's first HCA port gets a LID (1, 2, ... by host
+    name); every switch gets a table toward every host over cables that are up."""
+    down = down or set()
+    peers: dict[Port, Port] = {}
+    for here, there in cables:
+        peers[here], peers[there] = there, here
+    lids = {host_ports[host][0]: lid for lid, host in enumerate(sorted(host_ports), start=1)}
+    neighbours: dict[str, list[tuple[int, str]]] = {guid: [] for guid in switches}
+    for (guid, port), (peer, _) in peers.items():
+        if guid in switches and peer in switches and (guid, port) not in down:
+            neighbours[guid].append((port, peer))
+    tables = {guid: bytearray([NO_ROUTE]) * (len(lids) + 1) for guid in switches}
+    by_leaf: dict[str, list[tuple[int, int]]] = {}
+    for guid, port in host_ports.values():
+        leaf_port = peers.get((guid, port))
+        if leaf_port is not None and leaf_port[0] in switches:
+            by_leaf.setdefault(leaf_port[0], []).append((lids[guid], leaf_port[1]))
+    for leaf, destinations in by_leaf.items():
+        _route_toward(leaf, destinations, neighbours, tables)
+    return RouteMap(lids=lids, tables={guid: bytes(table) for guid, table in tables.items()},
+                    peers=peers, host_ports=dict(host_ports), down=set(down),
+                    names=dict(names or {}), rates=dict(rates or {}))
+
+
+def _route_toward(leaf: str, destinations: list[tuple[int, int]],
+                  neighbours: dict[str, list[tuple[int, str]]], tables: dict) -> None:
+    """Fill every switch's entries for the hosts under `leaf`: the leaf sends to the host's
+    port; any other switch to a neighbour one hop nearer the leaf, the LID choosing which."""
+    distance = {leaf: 0}
+    frontier = [leaf]
+    while frontier:
+        following = []
+        for guid in frontier:
+            for _port, peer in neighbours[guid]:
+                if peer not in distance:
+                    distance[peer] = distance[guid] + 1
+                    following.append(peer)
+        frontier = following
+    for guid, hops in distance.items():
+        table = tables[guid]
+        if guid == leaf:
+            for lid, port in destinations:
+                table[lid] = port
+            continue
+        nearer = sorted(port for port, peer in neighbours[guid]
+                        if distance.get(peer, hops) == hops - 1)
+        for lid, _port in destinations:
+            table[lid] = nearer[lid % len(nearer)]

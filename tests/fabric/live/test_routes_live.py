@@ -8,11 +8,25 @@ import time
 
 import pytest
 
+from agent.fabric_agent import FabricAgent, FabricAgentOptions
+from fabric import services
 from fabric.models import Fabric, FabricRoutes, Link
 from fabric.selectors import lease_links, route_map
-from tests.fabric.live.test_fabric_agent import agent, provider_fabric  # noqa: F401 (fixtures)
+from ibex.accounts import services as accounts
+from tests.fabric.live.conftest import SPEC
+from tests.factories import make_org
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def agent(live_server, simulated_fabric):
+    provider = make_org("hpc-provider", "provider")
+    key = accounts.issue_api_key(organization=provider, scopes=["read", "provide"]).raw_key
+    services.save_fabric(owner=provider, name="live-ft", spec=SPEC, source="generator")
+    return FabricAgent(FabricAgentOptions(
+        server=live_server.url, token=key, fabric="live-ft", interval_s=1,
+        command_timeout_s=5, env=simulated_fabric.env))
 
 
 def test_the_first_poll_sends_the_routes_and_the_next_does_not_send_them_again(agent):
