@@ -3,6 +3,7 @@ the fabric agent's reports of the live fabric."""
 
 import re
 
+from django.db import transaction
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from drf_spectacular.types import OpenApiTypes
@@ -62,8 +63,22 @@ class FabricPartitionsSerializer(serializers.Serializer):
 
 
 class FabricUpdateSerializer(StrictSerializer):
-    pkey_range = PkeyRangeSerializer(help_text="the P_Keys IBEX gives leases' partitions "
-                                               "(default 0x1000-0x7ffe)")
+    pkey_range = PkeyRangeSerializer(required=False, help_text="the P_Keys IBEX gives leases' "
+                                                               "partitions (default 0x1000-0x7ffe)")
+    guarantee_ratio = serializers.DecimalField(
+        max_digits=4, decimal_places=3, required=False, help_text=(
+            "guaranteed bandwidth on a link may sum to its rate × this: above 0, at most 1 "
+            "(default 0.8)"))
+
+    def validate_guarantee_ratio(self, value):
+        if not 0 < value <= 1:
+            raise serializers.ValidationError("above 0 and at most 1 (default 0.8)")
+        return value
+
+    def validate(self, data):
+        if not data:
+            raise ValidationError({"pkey_range": ["give pkey_range or guarantee_ratio"]})
+        return data
 
 
 class FabricSerializer(serializers.ModelSerializer):
@@ -75,6 +90,7 @@ class FabricSerializer(serializers.ModelSerializer):
     class Meta:
         model = Fabric
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
+                  "guarantee_ratio",
                   "gateway", "gateway_status", "gateway_seen_at", "agent_seen_at",
                   "agent_reachable", "agent_error", "live_seen_at", "live_summary",
                   "partitions", "created_at", "updated_at"]
@@ -166,7 +182,7 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
     @extend_schema(request=FabricUpdateSerializer, responses=FabricSerializer,
-                   summary="Set the fabric's P_Key range for leases' partitions")
+                   summary="Set the fabric's P_Key range and guarantee ratio")
     def partial_update(self, request, pk=None):
         fabric = self.get_object()
         viewer = organization_of(request)
@@ -174,8 +190,14 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             raise NotFound()  # a tenant leasing on it sees it, but it is not theirs to change
         form = FabricUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        pkeys = form.validated_data["pkey_range"]
-        fabric = services.set_pkey_range(fabric=fabric, first=pkeys["first"], last=pkeys["last"])
+        with transaction.atomic():
+            pkeys = form.validated_data.get("pkey_range")
+            if pkeys is not None:
+                fabric = services.set_pkey_range(fabric=fabric, first=pkeys["first"],
+                                                  last=pkeys["last"])
+            if "guarantee_ratio" in form.validated_data:
+                fabric = services.set_guarantee_ratio(
+                    fabric=fabric, ratio=form.validated_data["guarantee_ratio"])
         return Response(FabricSerializer(fabric, context=self.get_serializer_context()).data)
 
     @extend_schema(

@@ -5,6 +5,8 @@ link), a link never joins a device to itself (its two ends carry different devic
 GUIDs are unique per fabric: all enforced by PostgreSQL, not only by the importer.
 """
 
+from decimal import Decimal
+
 from django.db import models
 from django.db.models import Q
 
@@ -72,12 +74,19 @@ class Fabric(models.Model):
     provider_pkeys = models.JSONField(default=list, blank=True,
                                       help_text="P_Keys of the provider's own partition lines "
                                                 "(15 bits), as the fabric agent read them")
+    # Admission on the real routes (docs/fabric.md): the share of each link's rate that
+    # guarantees may take together.
+    guarantee_ratio = models.DecimalField(
+        max_digits=4, decimal_places=3, default=Decimal("0.8"),
+        help_text="guarantees on a link may sum to its rate × this (0 < ratio ≤ 1)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
         constraints = [
+            models.CheckConstraint(condition=Q(guarantee_ratio__gt=0, guarantee_ratio__lte=1),
+                                   name="fabric_guarantee_ratio_in_0_1"),
             models.CheckConstraint(
                 condition=Q(pkey_first__gte=PKEY_MIN, pkey_first__lte=models.F("pkey_last"),
                             pkey_last__lte=PKEY_MAX),

@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.db.models import Count, Max
 
 from fabric.core.levels import NodeDomains
-from fabric.core.routes import RouteMap, decode_table
+from fabric.core.routes import RouteMap, decode_table, derived_route_map
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
 from fabric.core.topology import SnapshotNode, TopologySnapshot
 from fabric.models import Fabric, FabricRoutes, Host, Link, Partition, Port, Switch
@@ -146,3 +146,17 @@ def lease_links(fabric: Fabric, hosts: list[str]) -> list[dict]:
     return [{"guid": guid, "port": port, "name": route.name((guid, port)),
              "rate_gbps": route.rates.get((guid, port))}
             for guid, port in sorted(route.ring_links(hosts))]
+
+
+def admission_routes(fabric: Fabric) -> RouteMap:
+    """The routes guarantees are checked on: the agent's (the switches' real tables) where it
+    has sent them, else routes IBEX derives from its own topology (min-hop, spread by
+    destination LID as OpenSM's ftree does), over the cables that are up."""
+    real = route_map(fabric)
+    if real is not None:
+        return real
+    seen = cabling(fabric, RouteMap(lids={}, tables={}, peers={}, host_ports={}))
+    cables = [(here, there) for here, there in seen.peers.items() if here < there]
+    switches = set(Switch.objects.filter(fabric=fabric).values_list("guid", flat=True))
+    return derived_route_map(cables, seen.host_ports, switches, names=seen.names,
+                             rates=seen.rates, down=seen.down)

@@ -9,6 +9,7 @@ host name), so nodes registered on its hosts keep pointing at them.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -183,6 +184,17 @@ UNMATCHED_NAMED = 20
 MIN_SEEN_SHARE = 0.5  # a snapshot with fewer of the known links is a partial view
 
 
+# Who wants to know that a fabric's routes or links changed (guarantees are checked again on
+# them). The scheduler registers here (scheduler/apps.py): the fabric app may not import it.
+# Listeners run inside the report's transaction: they should only enqueue work (the outbox).
+_change_listeners: list[Callable[[int], object]] = []
+
+
+def on_fabric_changed(listener: Callable[[int], object]) -> None:
+    if listener not in _change_listeners:
+        _change_listeners.append(listener)
+
+
 class FabricReportRefused(Refusal):
     """A fabric agent's report that IBEX does not take; nothing has changed."""
 
@@ -242,6 +254,9 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
     summary["links"] = {state: states.get(state, 0) for state in Link.State.values}
     updates["live_summary"] = summary
     Fabric.objects.filter(pk=fabric.pk).update(**updates)
+    if answer["changed"] or answer["routes_changed"]:
+        for listener in _change_listeners:
+            listener(fabric.pk)
     held = FabricRoutes.objects.filter(fabric=fabric).values_list("routes_hash", flat=True).first()
     answer.update(topology_hash=fabric.live_topology_hash, links=summary["links"],
                   routes_hash=held or "",
@@ -468,4 +483,15 @@ def set_pkey_range(*, fabric: Fabric, first: int, last: int) -> Fabric:
             f"{', '.join(format_pkey(key) for key in own[:10])}")
     Fabric.objects.filter(pk=locked.pk).update(pkey_first=first, pkey_last=last)
     locked.pkey_first, locked.pkey_last = first, last
+    return locked
+
+
+@transaction.atomic
+def set_guarantee_ratio(*, fabric: Fabric, ratio: Decimal) -> Fabric:
+    """The share of each link's rate that guarantees may take together (0 < ratio ≤ 1, checked
+    by the API and by PostgreSQL). Live leases are checked again on the new ratio by the
+    scheduler's next re-check (`scheduler.guarantees`)."""
+    locked = Fabric.objects.select_for_update().get(pk=fabric.pk)
+    Fabric.objects.filter(pk=locked.pk).update(guarantee_ratio=ratio)
+    locked.guarantee_ratio = ratio
     return locked

@@ -144,12 +144,15 @@ def measure(lease: Lease, sla: LeaseSla, now: datetime) -> Measurement:
             node_events[node_id].append((at, kind))
         elif kind == HealthEvent.Kind.GPU_HEALTH:
             gpu_events[gpu_id].append((at, to_value))
+    link = measure_core.link_signals(LeaseEvent.objects.filter(
+        lease=lease, kind__in=("bandwidth_broken", "bandwidth_restored"), at__lte=until)
+        .order_by("at", "id").values_list("at", "kind"))
     downtimes, down_total = [], 0
     for allocation in sorted(allocations, key=lambda a: (a.gpu.node.hostname, a.gpu.index)):
         gpu = allocation.gpu
         lead = timedelta(seconds=UNREACHABLE_AFTER_INTERVALS * gpu.node.heartbeat_interval_s)
         signals = (measure_core.node_signals(node_events[gpu.node_id], lead)
-                   + measure_core.gpu_signals(gpu_events[gpu.pk]))
+                   + measure_core.gpu_signals(gpu_events[gpu.pk]) + link)
         spans = measure_core.down_spans(signals, until)
         upper = allocation.period.upper or until
         window = (max(active_at, allocation.period.lower), min(until, upper))
