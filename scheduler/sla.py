@@ -154,13 +154,16 @@ def measure(lease: Lease, sla: LeaseSla, now: datetime) -> Measurement:
                                                             "ended_at"):
         for host_id in host_ids:
             links_of_host.setdefault(host_id, []).append((f"link:{notice_id}", started, ended))
+    link = measure_core.link_signals(LeaseEvent.objects.filter(
+        lease=lease, kind__in=("bandwidth_broken", "bandwidth_restored"), at__lte=until)
+        .order_by("at", "id").values_list("at", "kind"))
     downtimes, down_total = [], 0
     for allocation in sorted(allocations, key=lambda a: (a.gpu.node.hostname, a.gpu.index)):
         gpu = allocation.gpu
         lead = timedelta(seconds=UNREACHABLE_AFTER_INTERVALS * gpu.node.heartbeat_interval_s)
         signals = (measure_core.node_signals(node_events[gpu.node_id], lead)
-                   + measure_core.gpu_signals(gpu_events[gpu.pk])
-                   + measure_core.link_signals(links_of_host.get(gpu.node.host_id, [])))
+                   + measure_core.gpu_signals(gpu_events[gpu.pk]) + link
+                   + measure_core.link_fault_signals(links_of_host.get(gpu.node.host_id, [])))
         spans = measure_core.down_spans(signals, until)
         upper = allocation.period.upper or until
         window = (max(active_at, allocation.period.lower), min(until, upper))

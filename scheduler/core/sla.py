@@ -8,7 +8,7 @@ A GPU is down while its node is unreachable or the GPU itself has failed:
 - a GPU's `gpu_health` event to `failed` counts it down until an event back to `ok`
   (`degraded` is slower, not down);
 - a faulty link on the lease's path (down, or erring above the provider's threshold) counts the
-  lease's GPUs on the hosts it serves down while it is faulty (`link_signals`).
+  lease's GPUs on the hosts it serves down while it is faulty (`link_fault_signals`).
 Downtime counts only while the GPU is allocated to the lease and the lease is active.
 """
 
@@ -26,7 +26,8 @@ Span = tuple[datetime, datetime]
 
 @dataclass(frozen=True)
 class Signal:
-    """One health event as the SLA sees it: from `at`, `source` ("node" or "gpu") is down or not."""
+    """One health event as the SLA sees it: from `at`, `source` ("node", "gpu" or "link": a
+    guaranteed lease's bandwidth broken on its routes) is down or not."""
 
     at: datetime
     source: str
@@ -46,6 +47,19 @@ def node_signals(events: Iterable[tuple[datetime, str]], lead: timedelta) -> lis
     return signals
 
 
+def link_signals(events: Iterable[tuple[datetime, str]]) -> list[Signal]:
+    """(at, kind) lease events → signals: every GPU of a guaranteed lease is down from
+    `bandwidth_broken` (no placement keeps its guarantee: a link fault) to
+    `bandwidth_restored`."""
+    signals = []
+    for at, kind in events:
+        if kind == "bandwidth_broken":
+            signals.append(Signal(at, "link", True))
+        elif kind == "bandwidth_restored":
+            signals.append(Signal(at, "link", False))
+    return signals
+
+
 def gpu_signals(events: Iterable[tuple[datetime, str]]) -> list[Signal]:
     """(at, to_value) GPU health events → signals: down at `failed`, up again at `ok`."""
     signals = []
@@ -57,7 +71,8 @@ def gpu_signals(events: Iterable[tuple[datetime, str]]) -> list[Signal]:
     return signals
 
 
-def link_signals(notices: Iterable[tuple[str, datetime, datetime | None]]) -> list[Signal]:
+def link_fault_signals(notices: Iterable[tuple[str, datetime, datetime | None]]
+                       ) -> list[Signal]:
     """(source, started, ended or None) faulty links on the lease's path → signals: down from
     `started` until `ended` (each link is its own source: two faulty links overlap)."""
     signals = []
@@ -70,7 +85,7 @@ def link_signals(notices: Iterable[tuple[str, datetime, datetime | None]]) -> li
 
 def down_spans(signals: Iterable[Signal], until: datetime) -> list[Span]:
     """Spans during which any source was down, up to `until`."""
-    down: dict[str, bool] = {"node": False, "gpu": False}
+    down: dict[str, bool] = {"node": False, "gpu": False, "link": False}
     spans, start = [], None
     for signal in sorted(signals, key=lambda s: (s.at, s.down)):
         was_down = any(down.values())

@@ -18,7 +18,8 @@ import uuid
 from pathlib import Path
 
 UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
-PROGRAMS = ("ibsim", "opensm", "ibnetdiscover", "perfquery", "iblinkinfo", "ibqueryerrors")
+PROGRAMS = ("ibsim", "opensm", "ibnetdiscover", "perfquery", "iblinkinfo", "ibqueryerrors",
+            "dump_fts")
 PACKAGES = "opensm infiniband-diags ibsim-utils libumad2sim0"
 START_TIMEOUT_S = 30.0
 PROMPT = "sim> "
