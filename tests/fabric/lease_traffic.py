@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fabric.core import generators
+from fabric.core.diags import link_key
 from fabric.models import Port
 from tests.fabric.reports import key_of, report
 
@@ -30,11 +31,18 @@ def counters(xmit_by_host: dict[str, int], *, errors: dict | None = None) -> dic
 
 
 def post_report(client, at: datetime, *, xmit: dict[str, int] | None = None,
-                without_hosts=(), extra: dict | None = None):
+                without_hosts=(), without_links=(), extra: dict | None = None,
+                body_extra: dict | None = None):
+    """`without_hosts`: their HCA cables are unplugged; `without_links`: IBEX `Link` rows."""
     found = counters(xmit or {})
     found.update(extra or {})
-    body = report(LAB, at, without={key_of(hca_link(host)) for host in without_hosts},
-                  counters=found)
+    without = {key_of(hca_link(host)) for host in without_hosts}
+    for link in without_links:
+        (a_guid, a_port), (b_guid, b_port) = Port.objects.filter(link=link).order_by(
+            "link_end").values_list("device_guid", "number")
+        without.add(link_key(a_guid, a_port, b_guid, b_port))
+    body = report(LAB, at, without=without, counters=found)
+    body.update(body_extra or {})
     response = client.post("/api/v1/fabrics/lab/reports/", body, format="json")
     assert response.status_code == 200, response.json()
     return response.json()

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fabric.models import Fabric, LinkFault
+from fabric.models import Fabric, Link, LinkFault, Port
 from market.models import Allocation, LeaseEvent
 from notify.models import Event
 from scheduler import link_health, sla
@@ -124,3 +124,60 @@ def test_a_lease_on_a_host_the_fabric_cut_off_is_moved_by_remediation():
     assert moved_to != cut and leaf_of(moved_to) == leaf_of(cut)
     assert link_events(lease)[0][0] == "link_down"
     assert LeaseEvent.objects.filter(lease=lease, kind="moved").exists()
+
+
+# --- switch links on the lease's routes ----------------------------------------------------------
+
+
+def routes_of(down=()) -> dict:
+    """A report's routes section for the lab fabric: min-hop tables over the cables not in
+    `down` (as OpenSM would program them), from the fabric IBEX holds."""
+    from fabric.core.fabric_report import routes_hash, routes_section
+    from fabric.core.routes import NO_ROUTE, RouteMap, derived_route_map
+    from fabric.models import Switch
+    from fabric.selectors import cabling
+
+    fabric = Fabric.objects.get(name="lab")
+    seen = cabling(fabric, RouteMap(lids={}, tables={}, peers={}, host_ports={}))
+    cut = {port for link in down for port in
+           Port.objects.filter(link=link).values_list("device_guid", "number")}
+    derived = derived_route_map(
+        [(here, there) for here, there in seen.peers.items() if here < there], seen.host_ports,
+        set(Switch.objects.filter(fabric=fabric).values_list("guid", flat=True)), down=cut)
+    tables = {guid: {lid: port for lid, port in enumerate(table) if port != NO_ROUTE}
+              for guid, table in derived.tables.items()}
+    section = routes_section(tables, derived.lids)
+    return {"routes": section, "routes_hash": routes_hash(section)}
+
+
+def test_a_switch_link_on_a_leases_routes_is_told_and_closed_once_routed_around():
+    from fabric.selectors import route_map
+
+    tenant = setup_market()
+    lease = active_lease(tenant, gpus=32, topology={"required": "spine"})  # both leaves
+    agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
+    post_report(agent, t0, body_extra=routes_of())
+    route = route_map(Fabric.objects.get(name="lab"))
+    hosts = hosts_of(lease)
+    ring = route.ring_links(hosts)
+    uplink = next(port for port in sorted(ring) if port[0] in route.tables
+                  and route.peers[port][0] in route.tables)  # leaf → spine, on the ring
+    link = Link.objects.get(ends__device_guid=uplink[0], ends__number=uplink[1])
+
+    post_report(agent, t0 + timedelta(seconds=30), without_links=[link])
+    told = link_health.watch_links()
+    down_event = link_events(lease)
+    post_report(agent, t0 + timedelta(seconds=40), without_links=[link],
+                body_extra=routes_of(down=[link]))  # OpenSM routed around it
+    rerouted = link_health.watch_links()
+    measured = sla.measure(lease, sla.ensure_sla(lease), t0 + timedelta(seconds=100))
+
+    fault = LinkFault.objects.get(link=link)
+    assert fault.ended_at is None  # still down
+    assert told == {"told": 1, "restored": 0}
+    assert down_event[0][0] == "link_down" and f"link {fault.name} is down" in down_event[0][1]
+    assert all(host in down_event[0][1] for host in hosts)  # the ring serves them all
+    assert rerouted == {"told": 0, "restored": 1}
+    assert "is off its routes (rerouted)" in link_events(lease)[1][1]
+    # all 32 GPUs counted down from the fault to the poll that brought the new routes
+    assert measured.down_gpu_seconds == 32 * 10
