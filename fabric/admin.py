@@ -5,11 +5,13 @@ from fabric.models import (
     Hca,
     Host,
     Link,
+    LinkFault,
     LinkStateChange,
     Partition,
     Port,
     PortCounters,
     Switch,
+    TrafficAccount,
 )
 
 
@@ -23,7 +25,7 @@ class FabricAdmin(admin.ModelAdmin):
                        "live_seen_at", "live_topology_hash", "live_summary", "created_at",
                        "updated_at",
                        # set through the API (fabric.services.set_pkey_range) and the agent
-                       "pkey_first", "pkey_last", "provider_pkeys"]
+                       "pkey_first", "pkey_last", "provider_pkeys", "error_threshold"]
 
 
 @admin.register(Partition)
@@ -39,6 +41,42 @@ class PartitionAdmin(admin.ModelAdmin):
     @admin.display(description="P_Key", ordering="pkey")
     def pkey_hex(self, partition):
         return f"{partition.pkey:#06x}"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(LinkFault)
+class LinkFaultAdmin(admin.ModelAdmin):
+    """Links down or erring, as the fabric agent's reports showed them (read only: written by
+    fabric.services.record_fabric_report)."""
+
+    list_display = ["name", "kind", "detail", "fabric", "started_at", "ended_at"]
+    list_filter = ["kind", "fabric"]
+    search_fields = ["name"]
+    list_select_related = ["fabric"]
+    readonly_fields = ["fabric", "link", "kind", "name", "detail", "started_at", "ended_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(TrafficAccount)
+class TrafficAccountAdmin(admin.ModelAdmin):
+    """What each lease's hosts sent (read only: the pool's bindings open and close them, the
+    fabric agent's reports add to them)."""
+
+    list_display = ["holder", "host", "words", "first_at", "last_at", "opened_at", "closed_at"]
+    search_fields = ["holder", "host__name"]
+    list_select_related = ["host"]
+    readonly_fields = ["holder", "host", "words", "first_at", "last_at", "opened_at",
+                       "closed_at"]
 
     def has_add_permission(self, request):
         return False
