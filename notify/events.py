@@ -15,6 +15,8 @@ to the tenant's webhook endpoints (`notify.webhooks`).
 | LeaseEvent of kind `moved` (migration)    | lease.moved               |
 | a GPU of an active lease degraded/failed, | lease.degraded            |
 |   or its node unreachable                 |                           |
+| a faulty link on a live lease's path      | lease.degraded            |
+|   (scheduler/link_health.py records it)   |                           |
 | an SLA credit                             | lease.credited            |
 """
 
