@@ -116,10 +116,10 @@ def _move(lease: Lease, why: str, now: datetime) -> bool:
         chosen = choose(lease, held, leaving, index)
         if chosen is None:
             continue
-        placement: dict[str, int] = {}
-        for hostname in [h.host for h in held if h.gpu_id not in leaving] + \
-                [s.host for s in chosen]:
-            placement[hostname] = placement.get(hostname, 0) + 1
+        placement: dict[tuple[str, str], int] = {}
+        for node in [(h.fabric, h.host) for h in held if h.gpu_id not in leaving] + \
+                [(s.fabric, s.host) for s in chosen]:
+            placement[node] = placement.get(node, 0) + 1
         verdict = guarantees.verdict_of(placement, float(order.gbps_per_gpu), {}, now,
                                         lease.ends_at, reference=lease.reference,
                                         exclude=[lease.pk])
