@@ -65,8 +65,9 @@ def _recheck_fabric(fabric: Fabric, now: datetime) -> dict[int, str]:
         lease_id = lease_id_of(guarantee)
         verdict = failed.get(guarantee.reference)
         if verdict is not None:
-            outcome[lease_id] = _move_or_degrade(lease_id, verdict, standing.get(lease_id),
-                                                 after, now)
+            done = _move_or_degrade(lease_id, verdict, standing.get(lease_id), after, now)
+            if done != "skipped":  # not active (yet): its placement checks it
+                outcome[lease_id] = done
         elif standing.get(lease_id) == BROKEN:
             _note(lease_id, RESTORED, "its guaranteed bandwidth holds again on the routes")
             outcome[lease_id] = "restored"
