@@ -120,7 +120,8 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
             return lease, False
         problem = moved_why = guarantees.refusal_text(verdict)
     if order is None:
-        raise NoPlacement(f"{problem} and it has no order to re-place")
+        raise NoPlacement(f"{problem if not lost else 'its GPUs are no longer offered'} and it "
+                          "has no order to re-place")
     reason = ""
     for _race in range(REPLACEMENT_RACES):
         # Its own GPUs count as free again: the engine may keep the ones still offered.

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 
 from fabric.models import Fabric
+from ibex.outbox.models import OutboxMessage
 from market import leasing
 from market.models import Allocation, Lease, LeaseEvent, Order
 from pool.models import Gpu, Node
@@ -67,6 +68,9 @@ def test_a_lower_guarantee_ratio_refuses_what_the_default_placed(db):
     refused = order(client, gbps=30)  # 240 Gb/s a hop, above 400 × 0.5
 
     assert answer.status_code == 200 and answer.json()["guarantee_ratio"] == "0.500"
+    # the live guarantees are checked again on the new ratio
+    assert OutboxMessage.objects.filter(task="scheduler.recheck_guarantees",
+                                        args=[fabric.pk]).exists()
     assert refused.state == "refused" and "above its 200 Gb/s" in refused.reason
     owner.patch(f"/api/v1/fabrics/{fabric.pk}/", {"guarantee_ratio": "0.8"}, format="json")
     assert order(client, gbps=30).state == "filled"
