@@ -16,6 +16,7 @@ from fabric.core.topology import SnapshotNode, TopologySnapshot
 from fabric.models import (
     Fabric,
     FabricRoutes,
+    Hca,
     Host,
     Link,
     LinkFault,
@@ -300,3 +301,20 @@ def admission_routes(fabric: Fabric) -> RouteMap:
     switches = set(Switch.objects.filter(fabric=fabric).values_list("guid", flat=True))
     return derived_route_map(cables, seen.host_ports, switches, names=seen.names,
                              rates=seen.rates, down=seen.down)
+
+
+def links_down_lately(fabric: Fabric, limit: int = 3) -> list[str]:
+    """The fabric's links that are down, the latest to go first, named for people
+    (``leaf01 port 5 - spine02 port 1``): what an event about a broken guarantee cites."""
+    links = list(Link.objects.filter(fabric=fabric, state=Link.State.DOWN)
+                 .order_by("-state_changed_at", "id").values_list("id", flat=True)[:limit])
+    if not links:
+        return []
+    ends: dict[int, list[tuple[str, int]]] = {}
+    for link_id, guid, number in Port.objects.filter(link_id__in=links) \
+            .order_by("link_id", "link_end").values_list("link_id", "device_guid", "number"):
+        ends.setdefault(link_id, []).append((guid, number))
+    names = dict(Switch.objects.filter(fabric=fabric).values_list("guid", "name"))
+    names.update(Hca.objects.filter(fabric=fabric).values_list("guid", "host__name"))
+    return [" - ".join(f"{names.get(guid, guid)} port {number}" for guid, number in ends[link])
+            for link in links if link in ends]

@@ -327,8 +327,8 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
 def _store_routes(fabric: Fabric, report: dict, observed_at: datetime) -> bool:
     """The routes snapshot replaces the one held (one row a fabric); whether they changed."""
     routes = report["routes"]
-    held = FabricRoutes.objects.filter(fabric=fabric).first()
-    if held is not None and held.routes_hash == report["routes_hash"]:
+    held = FabricRoutes.objects.filter(fabric=fabric).values_list("routes_hash", flat=True).first()
+    if held == report["routes_hash"]:
         return False
     FabricRoutes.objects.update_or_create(fabric=fabric, defaults={
         "routes_hash": report["routes_hash"], "observed_at": observed_at,
@@ -651,9 +651,11 @@ def update_fabric_settings(*, fabric: Fabric, pkey_range: dict | None = None,
 @transaction.atomic
 def set_guarantee_ratio(*, fabric: Fabric, ratio: Decimal) -> Fabric:
     """The share of each link's rate that guarantees may take together (0 < ratio ≤ 1, checked
-    by the API and by PostgreSQL). Live leases are checked again on the new ratio by the
-    scheduler's next re-check (`scheduler.guarantees`)."""
+    by the API and by PostgreSQL). The fabric's live guarantees are checked again on it (the
+    change listeners, as after a report that changes links)."""
     locked = Fabric.objects.select_for_update().get(pk=fabric.pk)
     Fabric.objects.filter(pk=locked.pk).update(guarantee_ratio=ratio)
     locked.guarantee_ratio = ratio
+    for listener in _change_listeners:
+        listener(locked.pk)
     return locked

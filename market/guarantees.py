@@ -70,22 +70,25 @@ class FabricView:
         return admission.check(self.route, self.loads, guarantee, self.ratio)
 
 
-def hosts_of_nodes(hostnames: Iterable[str]) -> dict[str, tuple[int, str]]:
-    """Node hostname -> (its fabric's id, its fabric host's name)."""
-    return {hostname: (fabric_id, host) for hostname, fabric_id, host in
-            Node.objects.filter(hostname__in=set(hostnames)).exclude(state="retired")
-            .values_list("hostname", "host__fabric_id", "host__name")}
+def hosts_of_nodes(nodes: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, str]]:
+    """(fabric name, node hostname) -> (the fabric's id, the node's fabric host name)."""
+    nodes = set(nodes)
+    rows = Node.objects.filter(hostname__in={host for _, host in nodes},
+                               fabric__name__in={fabric for fabric, _ in nodes}) \
+        .exclude(state="retired") \
+        .values_list("fabric__name", "hostname", "host__fabric_id", "host__name")
+    return {(fabric, hostname): (fabric_id, host) for fabric, hostname, fabric_id, host in rows}
 
 
-def verdict_of(gpus_by_node: dict[str, int], gbps: float, views: dict[int, FabricView],
-               start: datetime, end: datetime, reference: str = "new",
-               exclude=()) -> Verdict:
-    """A placement (GPUs per node hostname) checked on each fabric it uses: the worst
-    fabric's verdict (a lease on several fabrics crosses no cable between them)."""
+def verdict_of(gpus_by_node: dict[tuple[str, str], int], gbps: float,
+               views: dict[int, FabricView], start: datetime, end: datetime,
+               reference: str = "new", exclude=()) -> Verdict:
+    """A placement (GPUs per (fabric name, node hostname)) checked on each fabric it uses:
+    the worst fabric's verdict (a lease on several fabrics crosses no cable between them)."""
     where = hosts_of_nodes(gpus_by_node)
     per_fabric: dict[int, dict[str, int]] = defaultdict(dict)
-    for hostname, gpus in gpus_by_node.items():
-        fabric_id, host = where[hostname]
+    for node, gpus in gpus_by_node.items():
+        fabric_id, host = where[node]
         per_fabric[fabric_id][host] = per_fabric[fabric_id].get(host, 0) + gpus
     tightest = Verdict(True, float("inf"))
     for fabric_id, hosts in per_fabric.items():
@@ -99,9 +102,9 @@ def verdict_of(gpus_by_node: dict[str, int], gbps: float, views: dict[int, Fabri
     return tightest
 
 
-def choose(order: Order, candidates: list[dict[str, int]], start: datetime, end: datetime,
+def choose(order: Order, candidates: list[dict[tuple[str, str], int]], start: datetime, end: datetime,
            exclude=()) -> tuple[int | None, Verdict]:
-    """Among candidate placements (GPUs per node hostname, the engine's own first), the
+    """Among candidate placements (GPUs per (fabric, node hostname), the engine's own first), the
     feasible one with the most headroom; with none, (None, the first one's refusal)."""
     views: dict[int, FabricView] = {}
     chosen, best, first = None, None, None

@@ -469,10 +469,11 @@ class FoundGpus:
         prices = [g.price_micros for _, g in self.chosen]
         return min(divide_rounded(sum(prices), len(prices)), limit_micros)
 
-    def gpus_by_node(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
+    def gpus_by_node(self) -> dict[tuple[str, str], int]:
+        """(fabric name, node hostname) -> the GPUs chosen there."""
+        counts: dict[tuple[str, str], int] = {}
         for key, _gpu in self.chosen:
-            counts[key.host] = counts.get(key.host, 0) + 1
+            counts[(key.fabric, key.host)] = counts.get((key.fabric, key.host), 0) + 1
         return counts
 
 

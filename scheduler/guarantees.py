@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from fabric.core import admission
 from fabric.models import Fabric
-from fabric.selectors import admission_routes
+from fabric.selectors import admission_routes, links_down_lately
 from ibex.outbox import services as outbox
 from market import guarantees, leasing
 from market.models import Lease, LeaseEvent
@@ -56,12 +56,18 @@ def _recheck_fabric(fabric: Fabric, now: datetime) -> dict[int, str]:
         return {}
     failed = admission.recheck(admission_routes(fabric), held, float(fabric.guarantee_ratio))
     standing = last_bandwidth_events([lease_id_of(g) for g in held])
+    if not failed and BROKEN not in standing.values():
+        return {}
+    down = links_down_lately(fabric)
+    after = f" (links down: {', '.join(down)})" if down else ""
     outcome: dict[int, str] = {}
     for guarantee in held:
         lease_id = lease_id_of(guarantee)
         verdict = failed.get(guarantee.reference)
         if verdict is not None:
-            outcome[lease_id] = _move_or_degrade(lease_id, verdict, standing.get(lease_id), now)
+            done = _move_or_degrade(lease_id, verdict, standing.get(lease_id), after, now)
+            if done != "skipped":  # not active (yet): its placement checks it
+                outcome[lease_id] = done
         elif standing.get(lease_id) == BROKEN:
             _note(lease_id, RESTORED, "its guaranteed bandwidth holds again on the routes")
             outcome[lease_id] = "restored"
@@ -83,8 +89,8 @@ def lease_id_of(guarantee: admission.Guarantee) -> int:
 
 
 def _move_or_degrade(lease_id: int, verdict: admission.Verdict, standing: str | None,
-                     now: datetime) -> str:
-    why = f"its guaranteed bandwidth no longer holds: {verdict.reason}"
+                     after: str, now: datetime) -> str:
+    why = f"its guaranteed bandwidth no longer holds: {verdict.reason}{after}"
     with transaction.atomic():
         lease = lock_active(lease_id)
         if lease is None:
@@ -111,10 +117,10 @@ def _move(lease: Lease, why: str, now: datetime) -> bool:
         chosen = choose(lease, held, leaving, index)
         if chosen is None:
             continue
-        placement: dict[str, int] = {}
-        for hostname in [h.host for h in held if h.gpu_id not in leaving] + \
-                [s.host for s in chosen]:
-            placement[hostname] = placement.get(hostname, 0) + 1
+        placement: dict[tuple[str, str], int] = {}
+        for node in [(h.fabric, h.host) for h in held if h.gpu_id not in leaving] + \
+                [(s.fabric, s.host) for s in chosen]:
+            placement[node] = placement.get(node, 0) + 1
         verdict = guarantees.verdict_of(placement, float(order.gbps_per_gpu), {}, now,
                                         lease.ends_at, reference=lease.reference,
                                         exclude=[lease.pk])

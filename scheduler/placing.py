@@ -113,13 +113,15 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
     order = Order.objects.filter(lease=lease).first()
     lost = len(set(held) - offered) + max(lease.gpu_count - len(held), 0)
     problem = f"{lost} of its GPUs are no longer offered"
+    moved_why = f"{lost} of GPUs {sorted(held)} no longer offered"
     if not lost:
         verdict = guarantee_verdict(lease, order)
         if verdict is None or verdict.ok:
             return lease, False
-        problem = guarantees.refusal_text(verdict)
+        problem = moved_why = guarantees.refusal_text(verdict)
     if order is None:
-        raise NoPlacement(f"{problem} and it has no order to re-place")
+        raise NoPlacement(f"{problem if not lost else 'its GPUs are no longer offered'} and it "
+                          "has no order to re-place")
     reason = ""
     for _race in range(REPLACEMENT_RACES):
         # Its own GPUs count as free again: the engine may keep the ones still offered.
@@ -137,7 +139,7 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
                     lease=lease, gpus=found.choices(), gpu_model=found.gpu_model,
                     locality=found.locality(),
                     price_micros=found.price_micros(order.max_price_micros), starts_at=start,
-                    reason=f"{problem}: GPUs {sorted(held)} left"[:500])
+                    reason=moved_why[:500])
             return lease, True
         except leasing.GpusUnavailable as exc:
             reason = str(exc)  # another lease won one of them: look again
@@ -149,8 +151,9 @@ def guarantee_verdict(lease: Lease, order: Order | None):
     routes between its nodes (None: it guarantees nothing)."""
     if not guarantees.is_guaranteed(order):
         return None
-    gpus = dict(Allocation.objects.filter(lease=lease).values_list("gpu__node__hostname")
-                .annotate(count=Count("id")).order_by())
+    gpus = {(fabric, host): count for fabric, host, count in Allocation.objects.filter(
+        lease=lease).values_list("gpu__node__fabric__name", "gpu__node__hostname")
+        .annotate(count=Count("id")).order_by()}
     start = max(lease.starts_at, timezone.now())
     return guarantees.verdict_of(gpus, float(order.gbps_per_gpu), {}, start, lease.ends_at,
                                  reference=lease.reference, exclude=[lease.pk])

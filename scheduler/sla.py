@@ -12,7 +12,10 @@ Terms per tier (stored per lease in `LeaseSla` when the lease is first seen):
 
 Credits (`evaluate_lease`, every 60 s from a beat for active and recently ended leases):
 - availability below target: down GPU-hours × the lease's price × SLA_CREDIT_MULTIPLIER (5),
-  capped at what the lease has cost so far (its usage records);
+  capped at what the lease has cost so far (its usage records); a GPU is down while it failed,
+  while its node is unreachable, and, for a guaranteed lease, while its guaranteed bandwidth
+  is broken on the fabric's routes with nowhere to move it (`bandwidth_broken` until
+  `bandwidth_restored`, scheduler.guarantees: a link fault);
 - late activation (more than 60 s from winning, or from its start if later, to active): one
   hour of the lease's price × its GPUs. A lease is created only with GPUs that were free, so the
   clock never includes waiting for capacity; a lease that never became active is not owed it.

@@ -10,7 +10,11 @@ from decimal import Decimal
 import pytest
 
 from fabric.models import Fabric
-from market.models import Lease, Order
+from ibex.outbox.models import OutboxMessage
+from market import leasing
+from market.models import Allocation, Lease, LeaseEvent, Order
+from pool.models import Gpu, Node
+from scheduler import placing
 from tests.factories import client_for
 from tests.scheduler.moves.test_remediation import setup_market
 
@@ -64,6 +68,9 @@ def test_a_lower_guarantee_ratio_refuses_what_the_default_placed(db):
     refused = order(client, gbps=30)  # 240 Gb/s a hop, above 400 × 0.5
 
     assert answer.status_code == 200 and answer.json()["guarantee_ratio"] == "0.500"
+    # the live guarantees are checked again on the new ratio
+    assert OutboxMessage.objects.filter(task="scheduler.recheck_guarantees",
+                                        args=[fabric.pk]).exists()
     assert refused.state == "refused" and "above its 200 Gb/s" in refused.reason
     owner.patch(f"/api/v1/fabrics/{fabric.pk}/", {"guarantee_ratio": "0.8"}, format="json")
     assert order(client, gbps=30).state == "filled"
@@ -93,3 +100,51 @@ def test_a_tenant_cannot_change_the_guarantee_ratio(db):
     assert answer.status_code in (403, 404)
     fabric.refresh_from_db()
     assert fabric.guarantee_ratio == Decimal("0.8")
+
+
+def spread_over_two_nodes(lease: Lease) -> None:
+    """What a batch auction may clear: the lease's 8 GPUs as 4 + 4 on two nodes of a leaf."""
+    leaf = Node.objects.order_by("hostname").first().host.leaf
+    nodes = list(Node.objects.filter(host__leaf=leaf).order_by("hostname")[:2])
+    gpus = [g for node in nodes for g in Gpu.objects.filter(node=node).order_by("index")[:4]]
+    Allocation.objects.filter(lease=lease).delete()
+    leasing.replace_allocations(lease=lease, gpus=[leasing.GpuChoice(g.pk, 2_000_000)
+                                                   for g in gpus],
+                                gpu_model="H100-80GB", locality={}, price_micros=2_000_000,
+                                reason="cleared by the auction", starts_at=lease.starts_at)
+
+
+def test_a_lease_whose_cleared_gpus_would_break_its_guarantee_is_placed_again_where_it_holds(db):
+    client = setup_market()
+    won = order(client, gbps=45, gpus=8)  # 4 × 45 = 180 Gb/s a hop once on two nodes
+    lease = Lease.objects.get(pk=won.lease_id)
+    spread_over_two_nodes(lease)
+    Fabric.objects.update(guarantee_ratio=Decimal("0.4"))  # 160 Gb/s a link
+
+    placing.place_lease(lease_id=lease.pk)
+
+    lease.refresh_from_db()
+    assert lease.state == "placing"
+    nodes = set(lease.allocations.values_list("gpu__node__hostname", flat=True))
+    assert len(nodes) == 1  # one node: no cable to overfill
+    moved = LeaseEvent.objects.filter(lease=lease, kind="moved").latest("id")
+    assert moved.reason.startswith("its guaranteed bandwidth does not fit: ")
+    assert "above its 160 Gb/s (400 Gb/s × guarantee ratio 0.4)" in moved.reason
+
+
+def test_a_lease_whose_guarantee_fits_nowhere_fails_at_placement_naming_the_link(db):
+    client = setup_market()
+    won = order(client, gbps=45, gpus=8)
+    lease = Lease.objects.get(pk=won.lease_id)
+    spread_over_two_nodes(lease)
+    for _ in range(3):  # every other whole node taken by standard leases
+        assert order(client, gpus=8, cls="standard").state == "filled"
+    Fabric.objects.update(guarantee_ratio=Decimal("0.4"))
+
+    placing.place_lease(lease_id=lease.pk, final=True)
+
+    lease.refresh_from_db()
+    assert lease.state == "failed"
+    failed = LeaseEvent.objects.filter(lease=lease, to_state="failed").get()
+    assert "its guaranteed bandwidth does not fit: hpc-provider-0" in failed.reason
+    assert "port 1 → leaf" in failed.reason and "above its 160 Gb/s" in failed.reason
