@@ -44,7 +44,7 @@ def test_counters_set_in_the_simulator_are_the_leases_delivered_bandwidth(
     hosts = hosts_of(lease)
     agent.poll_once()
     before = {host: hca_counters(host).xmit_data for host in hosts}
-    added = {hosts[0]: 1_000_000_000, hosts[1]: 2_000_000_000}  # words: tens of Gb/s
+    added = {hosts[0]: 300_000_000, hosts[1]: 600_000_000}  # words: below the 100 Gb/s links
 
     for host in hosts:
         simulated_fabric.console(
