@@ -65,10 +65,14 @@ class SimulatorError(RuntimeError):
 
 
 def _die_with_parent() -> None:
-    """In a child, before exec: SIGTERM when the process that started it dies, so that a
-    supervisor killed without a chance to stop its children leaves no simulator behind."""
+    """In a child, before exec: SIGKILL when the process that started it dies, so that a
+    supervisor killed without a chance to stop its children leaves no simulator spinning on
+    a closed console, no OpenSM and no agent behind. SIGKILL, not SIGTERM: all three would get
+    it at once, and an agent or OpenSM told to stop after ibsim has gone waits on the
+    simulator. (A diagnostic the agent had in flight is not its child's child of ours: it may
+    be left waiting; stop the command with SIGINT or SIGTERM, which stops all in order.)"""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 

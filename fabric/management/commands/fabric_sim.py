@@ -21,7 +21,6 @@ import time
 from argparse import ArgumentTypeError
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from fabric.core.netfile import MAX_SIM_NODES, MAX_SIM_SWITCHES, ibsim_netfile
@@ -175,7 +174,9 @@ class Command(BaseCommand):
                  "--opensm-conf-dir", str(sim.osm_dir),
                  "--opensm-pid-file", str(sim.opensm_pid_file)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=settings.BASE_DIR, start_new_session=True, preexec_fn=sim.preexec)
+                # libumad2sim keeps a sys-PID folder in the working directory of every
+                # program it runs in: the simulator's directory, not the checkout
+                cwd=sim.dir, start_new_session=True, preexec_fn=sim.preexec)
 
     @staticmethod
     def _open_console(path: Path) -> None:

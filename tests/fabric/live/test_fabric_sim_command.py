@@ -188,3 +188,28 @@ def test_the_demo_runs_its_live_fabric_with_the_key_in_the_environment(db, setti
     assert key == json.loads((tmp_path / "demo" / "credentials.json").read_text())["hpc-one"]["key"]
     ibsim_netfile(load_spec(Fabric.objects.get(name="hpc-one-h100")))  # within ibsim's limits
     assert os.path.basename(argv[-1]) == "fabric-sim"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_command_killed_outright_takes_ibsim_opensm_and_the_agent_with_it(provider, tmp_path):
+    services.save_fabric(owner=provider, name="ft", spec=SPEC, source="generator")
+    directory = tmp_path / "sim"
+    # no server: the agent polls the fabric once, cannot report, and sleeps out its interval
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "fabric_sim", "ft", "--server", "http://127.0.0.1:9",
+         "--interval", "600", "--dir", str(directory)],
+        cwd=settings.BASE_DIR, env=child_env(IBEX_API_KEY="unused"), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    agent_log = directory / "agent.log"
+    wait_until(lambda: agent_log.exists() and "cannot reach" in agent_log.read_text(),
+               "the agent's first poll", process)
+
+    process.kill()
+    output, _ = process.communicate(timeout=30)
+    pids = [int(pid) for pid in re.findall(r"\(pid (\d+)", output)]
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    assert len(pids) == 3, output
+    assert [pid for pid in pids if alive(pid)] == []
