@@ -120,8 +120,12 @@ class Command(BaseCommand):
         spec = load_spec(row)
         directory = (dir or var_dir() / "fabric-sim" / fabric).resolve()
         engine = ROUTING_ENGINES.get(row.kind, "minhop")
-        sim = SimulatedFabric(directory, ibsim_netfile(spec), routing_engine=engine,
-                              sweep_interval_s=5, bound_to_parent=True)
+        try:
+            sim = SimulatedFabric(directory, ibsim_netfile(spec), routing_engine=engine,
+                                  sweep_interval_s=5, bound_to_parent=True)
+        except OSError as exc:
+            raise CommandError(f"cannot write the simulator's files in {directory}: "
+                               f"{exc.strerror or exc}") from None
         faster = sorted({link.rate_gbps for link in spec.links
                          if link.rate_gbps and link.rate_gbps > EDR_GBPS})
         if faster:

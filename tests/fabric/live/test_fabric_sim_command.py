@@ -213,3 +213,13 @@ def test_a_command_killed_outright_takes_ibsim_opensm_and_the_agent_with_it(prov
 
     assert len(pids) == 3, output
     assert [pid for pid in pids if alive(pid)] == []
+
+
+def test_a_directory_that_cannot_be_written_is_refused_and_starts_nothing(provider, tmp_path):
+    services.save_fabric(owner=provider, name="ft", spec=SPEC, source="generator")
+    (tmp_path / "a-file").write_text("")
+
+    with pytest.raises(CommandError, match="cannot write the simulator's files in"):
+        call_command("fabric_sim", "ft", "--token", "k", "--dir", str(tmp_path / "a-file"))
+
+    assert (tmp_path / "a-file").read_text() == ""
