@@ -22,6 +22,7 @@ from psycopg import errors
 
 from billing import services as money
 from billing.core.money import to_dollars
+from fabric.core import qos
 from fabric.core.locality import NodeKey
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
@@ -72,6 +73,15 @@ LEASE_MACHINE = StateMachine(name="lease", transitions=LEASE_TRANSITIONS,
 
 
 # --- what a lease holds now ---------------------------------------------------------------------
+
+
+def bandwidth_classes_of(leases) -> dict[str, str]:
+    """Each lease's bandwidth class by its reference, as its order asked (standard for a
+    lease no order made): what the pool passes to its partitions (docs/fabric.md)."""
+    leases = list(leases)
+    asked = dict(Order.objects.filter(lease__in=[lease.pk for lease in leases])
+                 .values_list("lease_id", "bandwidth_class"))
+    return {lease.reference: asked.get(lease.pk, qos.STANDARD) for lease in leases}
 
 
 def allocations_in_force():
