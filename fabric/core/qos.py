@@ -81,9 +81,12 @@ def merge(current: dict, change: dict) -> dict:
     replaces the whole table."""
     merged = {key: current[key] for key in SETTING_KEYS}
     merged["classes"] = {name: dict(value) for name, value in current["classes"].items()}
-    for key in ("max_vls", "high_limit", "vlarb_high", "vlarb_low"):
-        if key in change:
-            merged[key] = change[key]
+    for key, value in change.items():
+        if key != "classes":  # an unknown key goes through: `validate` names it
+            merged[key] = value
+    if "classes" in change and not isinstance(change["classes"], dict):
+        merged["classes"] = change["classes"]
+        return merged
     for name, value in (change.get("classes") or {}).items():
         if isinstance(value, dict) and isinstance(merged["classes"].get(name), dict):
             merged["classes"][name] = {**merged["classes"][name], **value}
