@@ -14,8 +14,11 @@ from fabric.models import Fabric
 from market.models import Lease
 from pool.models import Binding
 from scheduler import placing as scheduler
+from tests.fabric.live import test_partitions_live as partitions_live
 from tests.factories import client_for
-from tests.fabric.live.test_partitions_live import agent, market  # noqa: F401 (fixtures)
+
+# the partitions' fixtures: a market on the simulated fat tree, and its fabric agent
+market, agent = partitions_live.market, partitions_live.agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
