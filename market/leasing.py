@@ -79,8 +79,13 @@ def bandwidth_classes_of(leases) -> dict[str, str]:
     """Each lease's bandwidth class by its reference, as its order asked (standard for a
     lease no order made): what the pool passes to its partitions (docs/fabric.md)."""
     leases = list(leases)
-    asked = dict(Order.objects.filter(lease__in=[lease.pk for lease in leases])
-                 .values_list("lease_id", "bandwidth_class"))
+    # a lease read with select_related("order") answers without a query
+    loaded = {lease.pk: getattr(lease, "order", None) for lease in leases
+              if Lease.order.is_cached(lease)}
+    unread = [lease.pk for lease in leases if lease.pk not in loaded]
+    asked = dict(Order.objects.filter(lease__in=unread).values_list(
+        "lease_id", "bandwidth_class")) if unread else {}
+    asked.update({pk: order.bandwidth_class for pk, order in loaded.items() if order})
     return {lease.reference: asked.get(lease.pk, qos.STANDARD) for lease in leases}
 
 
