@@ -1,6 +1,7 @@
 """REST API for fabrics: list and summary, import from a file, export to Slurm topology.conf, and
 the fabric agent's reports of the live fabric."""
 
+from django.db import transaction
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from drf_spectacular.types import OpenApiTypes
@@ -13,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fabric import services
+from fabric.core import qos as qos_core
 from fabric.core.fabric_report import REPORT_VERSION
 from fabric.core.spec import normalise_guid
 from fabric.models import PKEY_MAX, PKEY_MIN, Fabric, Link, Partition
@@ -59,14 +61,58 @@ class FabricPartitionsSerializer(serializers.Serializer):
     live = serializers.IntegerField(help_text="live partitions (leases on several nodes)")
 
 
+class QosClassSerializer(serializers.Serializer):
+    sl = serializers.IntegerField(min_value=0, max_value=15, help_text="its service level")
+    vl = serializers.IntegerField(min_value=0, max_value=14, help_text="the VL its SL maps to")
+
+
+class QosClassesSerializer(serializers.Serializer):
+    guaranteed = QosClassSerializer()
+    standard = QosClassSerializer()
+    scavenger = QosClassSerializer()
+
+
+class QosSettingsSerializer(serializers.Serializer):
+    """A fabric's bandwidth classes as OpenSM's QoS (docs/fabric.md, "Bandwidth classes")."""
+
+    max_vls = serializers.ChoiceField(choices=list(qos_core.MAX_VLS_CHOICES),
+                                      help_text="data VLs a port uses (qos_max_vls)")
+    high_limit = serializers.IntegerField(min_value=0, max_value=255, help_text=(
+        "how much the high-priority table may send before the low one gets a turn; 255: "
+        "no limit (qos_high_limit)"))
+    classes = QosClassesSerializer()
+    vlarb_high = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=255),
+                                       help_text='VL → weight, high priority: {"1": 255}')
+    vlarb_low = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=255),
+                                      help_text='VL → weight, low priority: {"0": 64, "2": 4}')
+    sl2vl = serializers.ListField(child=serializers.IntegerField(), read_only=True, help_text=(
+        "the VL of each SL 0-15, from the classes (other SLs: the standard VL)"))
+
+
+@extend_schema_field(QosSettingsSerializer(partial=True))
+class QosChangeField(serializers.DictField):
+    """The settings to change; the service checks them whole (fabric.core.qos.validate) and
+    names the field it refuses (`qos.classes.scavenger.sl`)."""
+
+
 class FabricUpdateSerializer(StrictSerializer):
-    pkey_range = PkeyRangeSerializer(help_text="the P_Keys IBEX gives leases' partitions "
-                                               "(default 0x1000-0x7ffe)")
+    pkey_range = PkeyRangeSerializer(required=False, help_text=(
+        "the P_Keys IBEX gives leases' partitions (default 0x1000-0x7ffe)"))
+    qos = QosChangeField(required=False, help_text=(
+        "the bandwidth classes' SLs, VLs and VL-arbitration weights; a key left out keeps "
+        "its value"))
+
+    def validate(self, data):
+        if not data:
+            raise ValidationError({"non_field_errors": ["nothing to change: give pkey_range "
+                                                        "or qos"]})
+        return data
 
 
 class FabricSerializer(serializers.ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     partitions = serializers.SerializerMethodField()
+    qos = serializers.SerializerMethodField()
     link_rate_gbps = serializers.DecimalField(max_digits=7, decimal_places=1, read_only=True,
                                               allow_null=True)
 
@@ -75,7 +121,7 @@ class FabricSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
                   "gateway", "gateway_status", "gateway_seen_at", "agent_seen_at",
                   "agent_reachable", "agent_error", "live_seen_at", "live_summary",
-                  "partitions", "created_at", "updated_at"]
+                  "partitions", "qos", "created_at", "updated_at"]
         read_only_fields = fields
 
     @extend_schema_field(FabricPartitionsSerializer)
@@ -86,6 +132,13 @@ class FabricSerializer(serializers.ModelSerializer):
                 "provider_pkeys": [f"{key:#06x}" for key in fabric.provider_pkeys or []],
                 "live": fabric.live_partitions if hasattr(fabric, "live_partitions")
                 else fabric.partitions.filter(released_at__isnull=True).count()}
+
+    @extend_schema_field(QosSettingsSerializer)
+    def get_qos(self, fabric) -> dict:
+        """The bandwidth classes' SLs and VLs and the VL-arbitration weights, IBEX's defaults
+        where the provider set none."""
+        settings = qos_core.settings_of(fabric.qos)
+        return {**settings, "sl2vl": qos_core.sl2vl(settings)}
 
     def to_representation(self, fabric):
         data = super().to_representation(fabric)
@@ -164,7 +217,7 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
     @extend_schema(request=FabricUpdateSerializer, responses=FabricSerializer,
-                   summary="Set the fabric's P_Key range for leases' partitions")
+                   summary="Set the fabric's P_Key range or its bandwidth classes' QoS")
     def partial_update(self, request, pk=None):
         fabric = self.get_object()
         viewer = organization_of(request)
@@ -172,8 +225,13 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             raise NotFound()  # a tenant leasing on it sees it, but it is not theirs to change
         form = FabricUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        pkeys = form.validated_data["pkey_range"]
-        fabric = services.set_pkey_range(fabric=fabric, first=pkeys["first"], last=pkeys["last"])
+        with transaction.atomic():  # both or neither
+            if "qos" in form.validated_data:
+                fabric = services.set_qos(fabric=fabric, change=form.validated_data["qos"])
+            if "pkey_range" in form.validated_data:
+                pkeys = form.validated_data["pkey_range"]
+                fabric = services.set_pkey_range(fabric=fabric, first=pkeys["first"],
+                                                 last=pkeys["last"])
         return Response(FabricSerializer(fabric, context=self.get_serializer_context()).data)
 
     @extend_schema(
@@ -351,6 +409,21 @@ class PartitionSerializer(serializers.Serializer):
                                                              "nodes: full members")
 
 
+class QosPkeySerializer(serializers.Serializer):
+    pkey = serializers.CharField(help_text="a live partition's P_Key, `0x1a2b`")
+    sl = serializers.IntegerField(help_text="its lease's class's SL")
+    # `class` is a Python keyword: the field is named in the constructor
+    vars()["class"] = serializers.CharField(help_text="its lease's bandwidth class")
+
+
+class QosAnswerSerializer(serializers.Serializer):
+    options = serializers.DictField(child=serializers.CharField(), help_text=(
+        "opensm.conf's QoS options (qos, qos_max_vls, qos_high_limit, qos_vlarb_high, "
+        "qos_vlarb_low, qos_sl2vl)"))
+    default_sl = serializers.IntegerField(help_text="the standard class's SL: every other path")
+    pkeys = QosPkeySerializer(many=True)
+
+
 class FabricReportAnswerSerializer(serializers.Serializer):
     fabric = serializers.CharField()
     reachable = serializers.BooleanField()
@@ -367,6 +440,9 @@ class FabricReportAnswerSerializer(serializers.Serializer):
     partitions = PartitionSerializer(many=True, help_text=(
         "the fabric's live partitions, one per lease on several nodes: what IBEX's block of "
         "partitions.conf holds"))
+    qos = QosAnswerSerializer(help_text=(
+        "the bandwidth classes: the QoS options of opensm.conf and each partition's SL "
+        "(qos-policy.conf)"))
 
 
 class FabricReportView(APIView):

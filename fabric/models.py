@@ -8,6 +8,7 @@ GUIDs are unique per fabric: all enforced by PostgreSQL, not only by the importe
 from django.db import models
 from django.db.models import Q
 
+from fabric.core import qos
 from ibex.accounts.models import Organization
 
 # P_Keys IBEX may give (15 bits; OpenSM adds the full-member bit 0x8000): 0x0000 is invalid and
@@ -72,6 +73,10 @@ class Fabric(models.Model):
     provider_pkeys = models.JSONField(default=list, blank=True,
                                       help_text="P_Keys of the provider's own partition lines "
                                                 "(15 bits), as the fabric agent read them")
+    # Bandwidth classes (docs/fabric.md, "Bandwidth classes"): the provider's SLs, VLs and
+    # VL-arbitration weights; empty: IBEX's defaults (fabric.core.qos.DEFAULT_SETTINGS).
+    qos = models.JSONField(default=dict, blank=True,
+                           help_text="the provider's QoS settings (validated by fabric.core.qos)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -287,6 +292,10 @@ class Partition(models.Model):
     pkey = models.PositiveIntegerField(help_text="15 bits, without the full-member bit")
     holder = models.CharField(max_length=64, help_text="the lease reference, e.g. L-12")
     hosts = models.ManyToManyField(Host, related_name="partitions", blank=True)
+    bandwidth_class = models.CharField(
+        max_length=12, default=qos.STANDARD,
+        choices=[(name, name) for name in qos.CLASSES],
+        help_text="its lease's class: its P_Key maps to that class's SL (qos-policy.conf)")
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
 
@@ -300,6 +309,8 @@ class Partition(models.Model):
                                     name="one_live_partition_per_lease_per_fabric"),
             models.CheckConstraint(condition=Q(pkey__gte=PKEY_MIN, pkey__lte=PKEY_MAX),
                                    name="partition_pkey_in_range"),
+            models.CheckConstraint(condition=Q(bandwidth_class__in=qos.CLASSES),
+                                   name="partition_bandwidth_class_known"),
         ]
         indexes = [models.Index(fields=["holder"])]
 

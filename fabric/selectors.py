@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from django.db.models import Count, Max
 
+from fabric.core import qos as qos_core
 from fabric.core.levels import NodeDomains
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
 from fabric.core.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec
@@ -118,6 +119,18 @@ def live_partitions(fabric: Fabric) -> list[dict]:
                          for guid, number in sorted({p for host in members.get(pk, [])
                                                      for p in ports.get(host, [])})]}
             for pk, pkey, holder in partitions]
+
+
+def qos_answer(fabric: Fabric) -> dict:
+    """What the fabric agent applies of the bandwidth classes: the opensm.conf QoS options
+    and each live partition's P_Key to its class's SL (qos-policy.conf)."""
+    settings = qos_core.settings_of(fabric.qos)
+    return {"options": qos_core.opensm_options(settings),
+            "default_sl": qos_core.sl_of(settings, qos_core.STANDARD),
+            "pkeys": [{"pkey": f"{pkey:#06x}", "class": name, "sl": qos_core.sl_of(settings, name)}
+                      for pkey, name in Partition.objects.filter(
+                          fabric=fabric, released_at__isnull=True).order_by("pkey")
+                      .values_list("pkey", "bandwidth_class")]}
 
 
 def fastest_link_gbps() -> Decimal | None:
