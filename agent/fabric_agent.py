@@ -36,6 +36,7 @@ from fabric.core.diags import (
     Discovery,
     merge_counters,
     parse_discovery,
+    parse_dump_fts,
     parse_ibqueryerrors,
     parse_linkinfo,
     parse_perfquery,
@@ -43,6 +44,8 @@ from fabric.core.diags import (
 from fabric.core.fabric_report import (
     REPORT_VERSION,
     counters_entry,
+    routes_hash,
+    routes_section,
     topology_hash,
     topology_section,
 )
@@ -114,6 +117,8 @@ class FabricReader:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     discovery: Discovery | None = None  # the last poll's that reached the fabric
+    routes: dict | None = None  # the last poll's routes section (None: not read)
+    routes_error: str = ""
 
     def read(self) -> tuple[dict, dict | None]:
         """(the report's header and counters, its topology section or None when unreachable)."""
@@ -137,9 +142,14 @@ class FabricReader:
                 counters, failures = self.read_fabric_counters(discovery, cache)
             else:
                 counters, failures = self.read_counters(discovery)
+            self.routes, self.routes_error = self.read_routes(discovery)
         section = topology_section(discovery, states)
         header.update(topology_hash=topology_hash(section), counters=counters,
                       poll_s=round(time.monotonic() - started, 3))
+        if self.routes is not None:
+            header["routes_hash"] = routes_hash(self.routes)
+        elif self.routes_error:
+            header["routes_error"] = self.routes_error
         if failures:
             header["counter_errors"] = failures[:20]
         if state_error:
@@ -155,6 +165,19 @@ class FabricReader:
         except DiagsFailed as error:
             return {}, str(error)[:ERROR_LENGTH]
         return parse_linkinfo(text, discovery.port_guids), ""
+
+    def read_routes(self, discovery: Discovery) -> tuple[dict | None, str]:
+        """Every switch's unicast forwarding table in one ``dump_fts -n`` run (it needs LIDs:
+        a subnet manager has run), with every node's LID: the report's ``routes``."""
+        if not any(node.lid for node in discovery.nodes.values()):
+            return None, "no LIDs yet: no subnet manager has swept the fabric"
+        try:
+            tables = parse_dump_fts(self.run(["dump_fts", "-n"], self.command_timeout_s,
+                                             self.env))
+        except (DiagsFailed, DiagsFormatError) as error:
+            return None, str(error)[:ERROR_LENGTH]
+        lids = {guid: node.lid for guid, node in discovery.nodes.items() if node.lid}
+        return routes_section(tables, lids), ""
 
     def tool_for(self, discovery: Discovery) -> str:
         if self.counters_tool != "auto":
@@ -369,6 +392,7 @@ class FabricAgent:
                                              env=options.env, counters_tool=options.counters_tool)
         self.stop = stop or threading.Event()
         self.acknowledged_hash: str | None = None  # the topology the server holds
+        self.acknowledged_routes: str | None = None  # the routes the server holds
         self.partitions_written: PartitionsWritten | None = None  # the last poll's
         self.qos_written: QosWritten | None = None  # the last poll's
 
@@ -382,15 +406,21 @@ class FabricAgent:
         if conf_dir is not None:
             report["provider_pkeys"] = [
                 f"{key:#06x}" for key in partition_file.provider_pkeys(read_partitions_file(conf_dir))]
+        routes = getattr(self.reader, "routes", None) if report["reachable"] else None
         send_topology = topology is not None and report["topology_hash"] != self.acknowledged_hash
-        answer = self.client.fabric_report(self.options.token, self.options.fabric,
-                                           {**report, **(topology if send_topology else {})})
-        if topology is not None and not send_topology and answer.get("topology_hash") != report["topology_hash"]:
-            # the server lost our topology (the fabric was re-imported): send it again now
-            answer = self.client.fabric_report(self.options.token, self.options.fabric,
-                                               {**report, **topology})
+        send_routes = routes is not None and report.get("routes_hash") != self.acknowledged_routes
+        answer = self.client.fabric_report(self.options.token, self.options.fabric, {
+            **report, **(topology if send_topology else {}),
+            **({"routes": routes} if send_routes else {})})
+        lost_topology = topology is not None and answer.get("topology_hash") != report["topology_hash"]
+        lost_routes = routes is not None and answer.get("routes_hash") != report.get("routes_hash")
+        if (lost_topology and not send_topology) or (lost_routes and not send_routes):
+            # the server lost our topology or routes (the fabric was re-imported): send again
+            answer = self.client.fabric_report(self.options.token, self.options.fabric, {
+                **report, **(topology or {}), **({"routes": routes} if routes else {})})
         if report["reachable"]:
             self.acknowledged_hash = answer.get("topology_hash")
+            self.acknowledged_routes = answer.get("routes_hash")
         discovery = getattr(self.reader, "discovery", None)
         if conf_dir is not None and "partitions" in answer and discovery is not None:
             self.apply(conf_dir, answer, discovery)

@@ -13,8 +13,10 @@ net file, starts ibsim and OpenSM (routing engine ftree) in a scratch directory,
   `perfquery` and `perfquery -x` on every node with a LID, four at a time, or two runs of
   `ibqueryerrors` over ibnetdiscover's cache; `auto` picks perfquery up to 256 nodes),
   `--polls` times;
+- the routes: `dump_fts -n` (every switch's forwarding table in one run) against `ibroute LID`
+  run once per switch, one after the other, and the poll's share of reading them;
 - the report: JSON bytes with the topology (the first report, and after a change) and without
-  it (every other poll), and gzip-compressed.
+  it (every other poll), the routes section alone, and gzip-compressed.
 
 Needs opensm, infiniband-diags, ibsim-utils and libumad2sim0. No Django, no database.
 """
@@ -33,7 +35,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
 from agent.fabric_agent import COUNTER_TOOLS, FabricReader  # noqa: E402
-from fabric.core.diags import parse_discovery  # noqa: E402
+from fabric.core.diags import parse_discovery, parse_dump_fts  # noqa: E402
 from fabric.core.generators import fat_tree  # noqa: E402
 from fabric.core.netfile import ibsim_netfile  # noqa: E402
 from fabric.live_sim import SimulatedFabric  # noqa: E402
@@ -80,6 +82,11 @@ def main():
                   f"{statistics.median(times):.2f} s, worst {max(times):.2f} s "
                   f"({len(report['counters'])} ports' counters, "
                   f"{len(report.get('counter_errors', []))} nodes failed)")
+            time_routes(sim, discovery)
+            routes = json.dumps({"routes": reader.routes}).encode()
+            print(f"routes section: {len(routes) / 1e3:.0f} kB "
+                  f"({len(gzip.compress(routes)) / 1e3:.0f} kB gzipped), "
+                  f"{len(reader.routes['switches'])} switch tables")
             full = json.dumps({**report, **topology}).encode()
             steady = json.dumps(report).encode()
             print(f"report with topology: {len(full) / 1e3:.0f} kB "
@@ -87,6 +94,23 @@ def main():
                   f"{len(steady) / 1e3:.0f} kB ({len(gzip.compress(steady)) / 1e3:.0f} kB gzipped)")
         finally:
             sim.stop()
+
+
+def time_routes(sim: SimulatedFabric, discovery) -> None:
+    started = time.monotonic()
+    text = subprocess.run(["dump_fts", "-n"], env=sim.env, capture_output=True, text=True,
+                          timeout=120, check=True).stdout
+    one_run = time.monotonic() - started
+    tables = parse_dump_fts(text)
+    switches = [node.lid for node in discovery.nodes.values() if node.kind == "switch"]
+    started = time.monotonic()
+    for lid in switches:
+        subprocess.run(["ibroute", str(lid)], env=sim.env, capture_output=True, text=True,
+                       timeout=120, check=True)
+    per_switch = time.monotonic() - started
+    print(f"routes: dump_fts -n {one_run:.2f} s ({len(tables)} tables, "
+          f"{sum(map(len, tables.values()))} entries); ibroute per switch "
+          f"{per_switch:.2f} s for {len(switches)} switches")
 
 
 if __name__ == "__main__":

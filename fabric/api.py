@@ -1,6 +1,8 @@
 """REST API for fabrics: list and summary, import from a file, export to Slurm topology.conf, and
 the fabric agent's reports of the live fabric."""
 
+import re
+
 from django.db import transaction
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -101,11 +103,20 @@ class FabricUpdateSerializer(StrictSerializer):
     qos = QosChangeField(required=False, help_text=(
         "the bandwidth classes' SLs, VLs and VL-arbitration weights; a key left out keeps "
         "its value"))
+    guarantee_ratio = serializers.DecimalField(
+        max_digits=4, decimal_places=3, required=False, help_text=(
+            "guaranteed bandwidth on a link may sum to its rate × this: above 0, at most 1 "
+            "(default 0.8)"))
+
+    def validate_guarantee_ratio(self, value):
+        if not 0 < value <= 1:
+            raise serializers.ValidationError("above 0 and at most 1 (default 0.8)")
+        return value
 
     def validate(self, data):
         if not data:
-            raise ValidationError({"non_field_errors": ["nothing to change: give pkey_range "
-                                                        "or qos"]})
+            raise ValidationError({"non_field_errors": [
+                "nothing to change: give pkey_range, qos or guarantee_ratio"]})
         return data
 
 
@@ -119,6 +130,7 @@ class FabricSerializer(serializers.ModelSerializer):
     class Meta:
         model = Fabric
         fields = ["id", "name", "owner", "kind", "link_rate_gbps", "source", "summary",
+                  "guarantee_ratio",
                   "gateway", "gateway_status", "gateway_seen_at", "agent_seen_at",
                   "agent_reachable", "agent_error", "live_seen_at", "live_summary",
                   "partitions", "qos", "created_at", "updated_at"]
@@ -217,7 +229,7 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
     @extend_schema(request=FabricUpdateSerializer, responses=FabricSerializer,
-                   summary="Set the fabric's P_Key range or its bandwidth classes' QoS")
+                   summary="Set the fabric's P_Key range, bandwidth classes' QoS or guarantee ratio")
     def partial_update(self, request, pk=None):
         fabric = self.get_object()
         viewer = organization_of(request)
@@ -225,13 +237,16 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             raise NotFound()  # a tenant leasing on it sees it, but it is not theirs to change
         form = FabricUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        with transaction.atomic():  # both or neither
+        with transaction.atomic():  # all or nothing
             if "qos" in form.validated_data:
                 fabric = services.set_qos(fabric=fabric, change=form.validated_data["qos"])
             if "pkey_range" in form.validated_data:
                 pkeys = form.validated_data["pkey_range"]
                 fabric = services.set_pkey_range(fabric=fabric, first=pkeys["first"],
                                                  last=pkeys["last"])
+            if "guarantee_ratio" in form.validated_data:
+                fabric = services.set_guarantee_ratio(
+                    fabric=fabric, ratio=form.validated_data["guarantee_ratio"])
         return Response(FabricSerializer(fabric, context=self.get_serializer_context()).data)
 
     @extend_schema(
@@ -351,6 +366,39 @@ class SubnetManagerSerializer(StrictSerializer):
     pid = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
 
 
+MAX_ROUTE_ENTRIES = 50_000
+HEX_TABLE = re.compile(r"^(?:[0-9a-f]{2}){0,65536}$")
+
+
+class ReportRoutesSerializer(StrictSerializer):
+    lids = serializers.DictField(child=serializers.IntegerField(min_value=1, max_value=0xBFFF),
+                                 help_text="node GUID -> its LID")
+    switches = serializers.DictField(
+        child=serializers.CharField(max_length=131_072, allow_blank=True),
+        help_text="switch GUID -> its unicast forwarding table: two hex digits a LID from LID "
+                  "0, the out port (ff: no route)")
+
+    def _guids(self, mapping: dict) -> dict:
+        if len(mapping) > MAX_ROUTE_ENTRIES:
+            raise serializers.ValidationError(f"more than {MAX_ROUTE_ENTRIES} entries")
+        out = {}
+        for key, value in mapping.items():
+            try:
+                out[normalise_guid(key)] = value
+            except ValueError:
+                raise serializers.ValidationError(f"{key[:40]!r} is not a GUID") from None
+        return out
+
+    def validate_lids(self, lids):
+        return self._guids(lids)
+
+    def validate_switches(self, switches):
+        for guid, table in switches.items():
+            if not HEX_TABLE.match(table):
+                raise serializers.ValidationError(f"{guid[:40]}: two lower-case hex digits a LID")
+        return self._guids(switches)
+
+
 class FabricReportSerializer(StrictSerializer):
     """One poll of `ibex-agent fabric` (docs/fabric.md): version 1."""
 
@@ -369,6 +417,12 @@ class FabricReportSerializer(StrictSerializer):
                                         default="", help_text="why ports' logical states were "
                                         "not read (every cable seen then counts as active)")
     subnet_manager = SubnetManagerSerializer(required=False)
+    routes_hash = serializers.CharField(max_length=80, allow_blank=True, default="")
+    routes = ReportRoutesSerializer(required=False, help_text=(
+        "every switch's forwarding table and every node's LID: sent when routes_hash differs "
+        "from the server's"))
+    routes_error = serializers.CharField(max_length=500, allow_blank=True, required=False,
+                                         default="", help_text="why routes were not read")
     provider_pkeys = serializers.ListField(
         child=PkeyField(), required=False, max_length=4096,
         help_text="the P_Keys of the provider's own lines in partitions.conf (outside IBEX's "
@@ -376,7 +430,7 @@ class FabricReportSerializer(StrictSerializer):
 
     def validate(self, data):
         if not data["reachable"]:
-            for name in ("nodes", "links", "counters"):
+            for name in ("nodes", "links", "counters", "routes"):
                 if name in data:
                     raise ValidationError({name: ["an unreachable poll carries no readings"]})
             if not data["error"]:
@@ -384,6 +438,8 @@ class FabricReportSerializer(StrictSerializer):
             return data
         if not data["topology_hash"]:
             raise ValidationError({"topology_hash": ["required when the fabric was reachable"]})
+        if "routes" in data and not data["routes_hash"]:
+            raise ValidationError({"routes_hash": ["required with routes"]})
         if ("links" in data) != ("nodes" in data):
             raise ValidationError({"links" if "nodes" in data else "nodes":
                                    ["nodes and links come together (the topology)"]})
@@ -437,6 +493,9 @@ class FabricReportAnswerSerializer(serializers.Serializer):
         help_text="the last topology held fewer than half the known links: those it did not "
                   "reach kept their state")
     counters = serializers.DictField(child=serializers.IntegerField())
+    routes_hash = serializers.CharField(allow_blank=True, help_text=(
+        "the routes IBEX holds: send yours when it differs"))
+    routes_changed = serializers.BooleanField(help_text="this report changed the routes held")
     partitions = PartitionSerializer(many=True, help_text=(
         "the fabric's live partitions, one per lease on several nodes: what IBEX's block of "
         "partitions.conf holds"))

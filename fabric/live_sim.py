@@ -28,7 +28,8 @@ UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
 PACKAGE_OF = {
     "ibsim": "ibsim-utils", "opensm": "opensm", "ibnetdiscover": "infiniband-diags",
     "perfquery": "infiniband-diags", "iblinkinfo": "infiniband-diags",
-    "ibqueryerrors": "infiniband-diags", str(UMAD2SIM): "libumad2sim0",
+    "ibqueryerrors": "infiniband-diags", "dump_fts": "infiniband-diags",
+    str(UMAD2SIM): "libumad2sim0",
 }
 PACKAGES = "opensm infiniband-diags ibsim-utils libumad2sim0"
 SBIN = ":/usr/sbin:/sbin"  # opensm and infiniband-diags live there, often off a user's PATH

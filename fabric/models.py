@@ -5,6 +5,8 @@ link), a link never joins a device to itself (its two ends carry different devic
 GUIDs are unique per fabric: all enforced by PostgreSQL, not only by the importer.
 """
 
+from decimal import Decimal
+
 from django.db import models
 from django.db.models import Q
 
@@ -77,12 +79,19 @@ class Fabric(models.Model):
     # VL-arbitration weights; empty: IBEX's defaults (fabric.core.qos.DEFAULT_SETTINGS).
     qos = models.JSONField(default=dict, blank=True,
                            help_text="the provider's QoS settings (validated by fabric.core.qos)")
+    # Admission on the real routes (docs/fabric.md): the share of each link's rate that
+    # guarantees may take together.
+    guarantee_ratio = models.DecimalField(
+        max_digits=4, decimal_places=3, default=Decimal("0.8"),
+        help_text="guarantees on a link may sum to its rate × this (0 < ratio ≤ 1)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
         constraints = [
+            models.CheckConstraint(condition=Q(guarantee_ratio__gt=0, guarantee_ratio__lte=1),
+                                   name="fabric_guarantee_ratio_in_0_1"),
             models.CheckConstraint(
                 condition=Q(pkey_first__gte=PKEY_MIN, pkey_first__lte=models.F("pkey_last"),
                             pkey_last__lte=PKEY_MAX),
@@ -92,6 +101,22 @@ class Fabric(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class FabricRoutes(models.Model):
+    """The fabric's routes as the agent last read them (docs/fabric.md, "Routes"): every node's
+    LID and every switch's unicast forwarding table, one hex string a switch (two digits a LID,
+    `fabric.core.routes.encode_table`). One row a fabric, rewritten only when the routes change:
+    1,920 hosts under 92 switches is about 370 kB."""
+
+    fabric = models.OneToOneField(Fabric, on_delete=models.CASCADE, related_name="routes")
+    routes_hash = models.CharField(max_length=80)
+    observed_at = models.DateTimeField(help_text="the poll that read them (the agent's clock)")
+    lids = models.JSONField(default=dict, help_text="node GUID -> LID")
+    tables = models.JSONField(default=dict, help_text="switch GUID -> out port per LID, in hex")
+
+    def __str__(self):
+        return f"routes of {self.fabric_id}"
 
 
 class Switch(models.Model):

@@ -8,10 +8,11 @@ from django.db.models import Count, Max
 
 from fabric.core import qos as qos_core
 from fabric.core.levels import NodeDomains
+from fabric.core.routes import RouteMap, decode_table, derived_route_map
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
 from fabric.core.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec
 from fabric.core.topology import SnapshotNode, TopologySnapshot
-from fabric.models import Fabric, Hca, Host, Link, Partition, Port, Switch
+from fabric.models import Fabric, FabricRoutes, Hca, Host, Link, Partition, Port, Switch
 
 EXPORT_FORMATS = ("slurm-tree", "slurm-block")
 
@@ -138,3 +139,86 @@ def fastest_link_gbps() -> Decimal | None:
     imported with): no guarantee per GPU can be above it. None: no fabric."""
     cables = Link.objects.aggregate(fastest=Max("rate_gbps"))["fastest"]
     return cables or Fabric.objects.aggregate(fastest=Max("link_rate_gbps"))["fastest"]
+
+
+def route_map(fabric: Fabric) -> RouteMap | None:
+    """The fabric's routes as the agent last read them, ready to trace (`RouteMap.path`), on
+    IBEX's cables with their states and rates; None when no agent has sent routes. Four
+    queries."""
+    held = FabricRoutes.objects.filter(fabric=fabric).first()
+    if held is None:
+        return None
+    route = RouteMap(lids=held.lids, tables={guid: decode_table(text)
+                                             for guid, text in held.tables.items()},
+                     peers={}, host_ports={})
+    cabling(fabric, route)
+    return route
+
+
+def cabling(fabric: Fabric, route: RouteMap) -> RouteMap:
+    """Fill `route`'s peers, down ports, rates, names and hosts' HCA ports from the fabric's
+    links and ports."""
+    ends: dict[int, list[tuple[str, int]]] = {}
+    for link_id, guid, number in Port.objects.filter(fabric=fabric, link__isnull=False) \
+            .values_list("link_id", "device_guid", "number"):
+        ends.setdefault(link_id, []).append((guid, number))
+    for link_id, state, rate in Link.objects.filter(fabric=fabric).values_list(
+            "id", "state", "rate_gbps"):
+        pair = ends.get(link_id, [])
+        if len(pair) != 2:
+            continue
+        for here, there in (pair, pair[::-1]):
+            route.peers[here] = there
+            route.rates[here] = float(rate or fabric.link_rate_gbps or 0)
+            if state != Link.State.ACTIVE:
+                route.down.add(here)
+    route.names.update(Switch.objects.filter(fabric=fabric).values_list("guid", "name"))
+    for host, guid, number in Port.objects.filter(fabric=fabric, hca__isnull=False,
+                                                  link__isnull=False) \
+            .order_by("hca__host__name", "device_guid", "number") \
+            .values_list("hca__host__name", "device_guid", "number"):
+        route.names.setdefault(guid, host)
+        route.host_ports.setdefault(host, (guid, number))
+    return route
+
+
+def lease_links(fabric: Fabric, hosts: list[str]) -> list[dict]:
+    """The directed links on the routes of an all-reduce ring over `hosts` (rank order), for
+    people and for checks: each with its sending port and name. Empty with no routes known."""
+    route = route_map(fabric)
+    if route is None:
+        return []
+    return [{"guid": guid, "port": port, "name": route.name((guid, port)),
+             "rate_gbps": route.rates.get((guid, port))}
+            for guid, port in sorted(route.ring_links(hosts))]
+
+
+def admission_routes(fabric: Fabric) -> RouteMap:
+    """The routes guarantees are checked on: the agent's (the switches' real tables) where it
+    has sent them, else routes IBEX derives from its own topology (min-hop, spread by
+    destination LID as OpenSM's ftree does), over the cables that are up."""
+    real = route_map(fabric)
+    if real is not None:
+        return real
+    seen = cabling(fabric, RouteMap(lids={}, tables={}, peers={}, host_ports={}))
+    cables = [(here, there) for here, there in seen.peers.items() if here < there]
+    switches = set(Switch.objects.filter(fabric=fabric).values_list("guid", flat=True))
+    return derived_route_map(cables, seen.host_ports, switches, names=seen.names,
+                             rates=seen.rates, down=seen.down)
+
+
+def links_down_lately(fabric: Fabric, limit: int = 3) -> list[str]:
+    """The fabric's links that are down, the latest to go first, named for people
+    (``leaf01 port 5 - spine02 port 1``): what an event about a broken guarantee cites."""
+    links = list(Link.objects.filter(fabric=fabric, state=Link.State.DOWN)
+                 .order_by("-state_changed_at", "id").values_list("id", flat=True)[:limit])
+    if not links:
+        return []
+    ends: dict[int, list[tuple[str, int]]] = {}
+    for link_id, guid, number in Port.objects.filter(link_id__in=links) \
+            .order_by("link_id", "link_end").values_list("link_id", "device_guid", "number"):
+        ends.setdefault(link_id, []).append((guid, number))
+    names = dict(Switch.objects.filter(fabric=fabric).values_list("guid", "name"))
+    names.update(Hca.objects.filter(fabric=fabric).values_list("guid", "host__name"))
+    return [" - ".join(f"{names.get(guid, guid)} port {number}" for guid, number in ends[link])
+            for link in links if link in ends]

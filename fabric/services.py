@@ -9,6 +9,7 @@ host name), so nodes registered on its hosts keep pointing at them.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -28,6 +29,7 @@ from fabric.core.topology import bandwidth_inputs
 from fabric.models import (
     COUNTER_NAMES,
     Fabric,
+    FabricRoutes,
     Hca,
     Host,
     Link,
@@ -110,6 +112,7 @@ def save_fabric(*, owner: Organization, name: str, spec: FabricSpec, source: str
         fabric = Fabric.objects.create(owner=owner, name=name, **values)
     else:
         Fabric.objects.filter(pk=fabric.pk).update(**values)
+        FabricRoutes.objects.filter(fabric=fabric).delete()  # the agent sends them again
         fabric.refresh_from_db()
     _save_switches(fabric, spec, levels.tiers)
     host_ids = _save_hosts(fabric, spec, levels.nodes, host_gbps)
@@ -182,6 +185,17 @@ UNMATCHED_NAMED = 20
 MIN_SEEN_SHARE = 0.5  # a snapshot with fewer of the known links is a partial view
 
 
+# Who wants to know that a fabric's routes or links changed (guarantees are checked again on
+# them). The scheduler registers here (scheduler/apps.py): the fabric app may not import it.
+# Listeners run inside the report's transaction: they should only enqueue work (the outbox).
+_change_listeners: list[Callable[[int], object]] = []
+
+
+def on_fabric_changed(listener: Callable[[int], object]) -> None:
+    if listener not in _change_listeners:
+        _change_listeners.append(listener)
+
+
 class FabricReportRefused(Refusal):
     """A fabric agent's report that IBEX does not take; nothing has changed."""
 
@@ -214,7 +228,7 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
         updates["provider_pkeys"] = sorted(set(report["provider_pkeys"]))
     answer: dict = {"fabric": fabric.name, "reachable": report["reachable"], "changed": [],
                     "unmatched_links": summary.get("unmatched_links", 0),
-                    "counters": {"stored": 0, "unmatched": 0}}
+                    "counters": {"stored": 0, "unmatched": 0}, "routes_changed": False}
     if report["reachable"]:
         observed_at = report["observed_at"]
         fresh = fabric.live_seen_at is None or observed_at > fabric.live_seen_at
@@ -226,6 +240,8 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
             summary["partial_view"] = partial
             answer.update(changed=changed, unmatched_links=len(unmatched))
             fabric.live_topology_hash = report["topology_hash"]
+        if fresh and "routes" in report:
+            answer["routes_changed"] = _store_routes(fabric, report, observed_at)
         if fresh:
             updates["live_seen_at"] = observed_at
         answer["counters"] = _store_counters(fabric, report.get("counters", []), observed_at)
@@ -233,12 +249,18 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
         summary["counter_errors"] = report.get("counter_errors", [])[:20]
         summary["state_error"] = report.get("state_error", "")
         summary["poll_s"] = report.get("poll_s")
+        summary["routes_error"] = report.get("routes_error", "")
     states = dict(Link.objects.filter(fabric=fabric).values_list("state")
                   .annotate(count=Count("id")).order_by())
     summary["links"] = {state: states.get(state, 0) for state in Link.State.values}
     updates["live_summary"] = summary
     Fabric.objects.filter(pk=fabric.pk).update(**updates)
+    if answer["changed"] or answer["routes_changed"]:
+        for listener in _change_listeners:
+            listener(fabric.pk)
+    held = FabricRoutes.objects.filter(fabric=fabric).values_list("routes_hash", flat=True).first()
     answer.update(topology_hash=fabric.live_topology_hash, links=summary["links"],
+                  routes_hash=held or "",
                   partial_view=summary.get("partial_view", False),
                   partitions=live_partitions(fabric), qos=qos_answer(fabric))
     return answer
@@ -292,6 +314,18 @@ def _follow_links(fabric: Fabric, live_links: list[dict], observed_at: datetime)
     if unmatched:
         names = names or device_names(fabric)
     return changed, [link_name(key, names) for key in unmatched], partial
+
+
+def _store_routes(fabric: Fabric, report: dict, observed_at: datetime) -> bool:
+    """The routes snapshot replaces the one held (one row a fabric); whether they changed."""
+    routes = report["routes"]
+    held = FabricRoutes.objects.filter(fabric=fabric).values_list("routes_hash", flat=True).first()
+    if held == report["routes_hash"]:
+        return False
+    FabricRoutes.objects.update_or_create(fabric=fabric, defaults={
+        "routes_hash": report["routes_hash"], "observed_at": observed_at,
+        "lids": routes["lids"], "tables": routes["switches"]})
+    return True
 
 
 def device_names(fabric: Fabric) -> dict[str, str]:
@@ -482,4 +516,17 @@ def set_qos(*, fabric: Fabric, change: dict) -> Fabric:
         raise QosSettingsRefused(exc.message, field=exc.field) from None
     Fabric.objects.filter(pk=locked.pk).update(qos=settings)
     locked.qos = settings
+    return locked
+
+
+@transaction.atomic
+def set_guarantee_ratio(*, fabric: Fabric, ratio: Decimal) -> Fabric:
+    """The share of each link's rate that guarantees may take together (0 < ratio ≤ 1, checked
+    by the API and by PostgreSQL). The fabric's live guarantees are checked again on it (the
+    change listeners, as after a report that changes links)."""
+    locked = Fabric.objects.select_for_update().get(pk=fabric.pk)
+    Fabric.objects.filter(pk=locked.pk).update(guarantee_ratio=ratio)
+    locked.guarantee_ratio = ratio
+    for listener in _change_listeners:
+        listener(locked.pk)
     return locked

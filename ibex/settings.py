@@ -331,6 +331,7 @@ CELERY_BEAT_SCHEDULE.update({
     "replace-unacknowledged-leases": {"task": "scheduler.replace_unacknowledged_leases",
                                       "schedule": 10.0},
     "remediate-leases": {"task": "scheduler.remediate_leases", "schedule": 15.0},
+    "recheck-guarantees": {"task": "scheduler.recheck_guarantees", "schedule": 60.0},
     "drain-nodes": {"task": "scheduler.drain_nodes", "schedule": 15.0},
     "defragment": {"task": "scheduler.defragment",
                    "schedule": float(env_int("DEFRAG_INTERVAL_S", 300))},

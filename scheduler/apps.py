@@ -17,3 +17,8 @@ class SchedulerConfig(AppConfig):
         from scheduler.placing import activate_on_acknowledgement
 
         on_bindings_acknowledged(activate_on_acknowledgement)
+        # A fabric whose routes or links changed has its guarantees checked again.
+        from fabric.services import on_fabric_changed
+        from scheduler.guarantees import enqueue_recheck
+
+        on_fabric_changed(enqueue_recheck)

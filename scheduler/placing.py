@@ -28,13 +28,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from fabric import services as fabric
 from ibex.outbox import services as outbox
 from ibex.references import lease_id_of
-from market import leasing, parts, pool_orders
+from market import guarantees, leasing, parts, pool_orders
 from market.models import Allocation, Lease, Order
 from market.orders import FoundGpus, FreeGpu, find_gpus
 from pool import services as pool
@@ -106,15 +106,23 @@ def launch_of(lease: Lease) -> dict | None:
 
 
 def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
-    """The lease with allocations that are valid now, and whether they had to move."""
+    """The lease with allocations that are valid now, and whether they had to move: every GPU
+    still offered and, for a guaranteed lease, its guarantee within every link's share on the
+    routes between its nodes (docs/fabric.md, "Admission on the real routes")."""
     held = list(Allocation.objects.filter(lease=lease).values_list("gpu_id", flat=True))
     offered = set(pool.offered_gpus().filter(pk__in=held).values_list("pk", flat=True))
-    if len(held) == lease.gpu_count and offered == set(held):
-        return lease, False
     order = Order.objects.filter(lease=lease).first()
-    if order is None:
-        raise NoPlacement("its GPUs are no longer offered and it has no order to re-place")
     lost = len(set(held) - offered) + max(lease.gpu_count - len(held), 0)
+    problem = f"{lost} of its GPUs are no longer offered"
+    moved_why = f"{lost} of GPUs {sorted(held)} no longer offered"
+    if not lost:
+        verdict = guarantee_verdict(lease, order)
+        if verdict is None or verdict.ok:
+            return lease, False
+        problem = moved_why = guarantees.refusal_text(verdict)
+    if order is None:
+        raise NoPlacement(f"{problem if not lost else 'its GPUs are no longer offered'} and it "
+                          "has no order to re-place")
     reason = ""
     for _race in range(REPLACEMENT_RACES):
         # Its own GPUs count as free again: the engine may keep the ones still offered.
@@ -125,18 +133,31 @@ def _valid_allocation(lease: Lease) -> tuple[Lease, bool]:
                  else find_gpus(order, start, lease.ends_at,
                                 avoid_nodes=gateway.avoided_nodes(lease.pk)))
         if isinstance(found, str):
-            raise NoPlacement(f"{lost} of its GPUs are no longer offered and {found}")
+            raise NoPlacement(f"{problem} and {found}")
         try:
             with transaction.atomic():
                 lease = leasing.replace_allocations(
                     lease=lease, gpus=found.choices(), gpu_model=found.gpu_model,
                     locality=found.locality(),
                     price_micros=found.price_micros(order.max_price_micros), starts_at=start,
-                    reason=f"{lost} of GPUs {sorted(held)} no longer offered")
+                    reason=moved_why[:500])
             return lease, True
         except leasing.GpusUnavailable as exc:
             reason = str(exc)  # another lease won one of them: look again
-    raise NoPlacement(f"{lost} of its GPUs are no longer offered and {reason}")
+    raise NoPlacement(f"{problem} and {reason}")
+
+
+def guarantee_verdict(lease: Lease, order: Order | None):
+    """Whether a guaranteed lease's GPUs keep its guarantee beside every other one on the
+    routes between its nodes (None: it guarantees nothing)."""
+    if not guarantees.is_guaranteed(order):
+        return None
+    gpus = {(fabric, host): count for fabric, host, count in Allocation.objects.filter(
+        lease=lease).values_list("gpu__node__fabric__name", "gpu__node__hostname")
+        .annotate(count=Count("id")).order_by()}
+    start = max(lease.starts_at, timezone.now())
+    return guarantees.verdict_of(gpus, float(order.gbps_per_gpu), {}, start, lease.ends_at,
+                                 reference=lease.reference, exclude=[lease.pk])
 
 
 def _find_in_pool(order: Order, start: datetime, end: datetime) -> FoundGpus | str:
@@ -150,8 +171,13 @@ def _find_in_pool(order: Order, start: datetime, end: datetime) -> FoundGpus | s
     if chosen is None:
         return f"no room in pool {order.pool.name}: {why}"
     model = order.gpu_models[0]
-    return FoundGpus(chosen=[(key, FreeGpu(gpu_id=gpu_id, index=0, price_micros=0))
-                             for key, gpu_id in chosen], gpu_model=model)
+    found = FoundGpus(chosen=[(key, FreeGpu(gpu_id=gpu_id, index=0, price_micros=0))
+                              for key, gpu_id in chosen], gpu_model=model)
+    if guarantees.is_guaranteed(order):
+        _index, verdict = guarantees.choose(order, [found.gpus_by_node()], start, end)
+        if not verdict.ok:
+            return guarantees.refusal_text(verdict)
+    return found
 
 
 def _activate(lease_id: int) -> bool:

@@ -9,7 +9,10 @@ Terms per tier (stored per lease in `LeaseSla` when the lease is first seen):
 
 Credits (`evaluate_lease`, every 60 s from a beat for active and recently ended leases):
 - availability below target: down GPU-hours × the lease's price × SLA_CREDIT_MULTIPLIER (5),
-  capped at what the lease has cost so far (its usage records);
+  capped at what the lease has cost so far (its usage records); a GPU is down while it failed,
+  while its node is unreachable, and, for a guaranteed lease, while its guaranteed bandwidth
+  is broken on the fabric's routes with nowhere to move it (`bandwidth_broken` until
+  `bandwidth_restored`, scheduler.guarantees: a link fault);
 - late activation (more than 60 s from winning, or from its start if later, to active): one
   hour of the lease's price × its GPUs. A lease is created only with GPUs that were free, so the
   clock never includes waiting for capacity; a lease that never became active is not owed it.
@@ -144,12 +147,15 @@ def measure(lease: Lease, sla: LeaseSla, now: datetime) -> Measurement:
             node_events[node_id].append((at, kind))
         elif kind == HealthEvent.Kind.GPU_HEALTH:
             gpu_events[gpu_id].append((at, to_value))
+    link = measure_core.link_signals(LeaseEvent.objects.filter(
+        lease=lease, kind__in=("bandwidth_broken", "bandwidth_restored"), at__lte=until)
+        .order_by("at", "id").values_list("at", "kind"))
     downtimes, down_total = [], 0
     for allocation in sorted(allocations, key=lambda a: (a.gpu.node.hostname, a.gpu.index)):
         gpu = allocation.gpu
         lead = timedelta(seconds=UNREACHABLE_AFTER_INTERVALS * gpu.node.heartbeat_interval_s)
         signals = (measure_core.node_signals(node_events[gpu.node_id], lead)
-                   + measure_core.gpu_signals(gpu_events[gpu.pk]))
+                   + measure_core.gpu_signals(gpu_events[gpu.pk]) + link)
         spans = measure_core.down_spans(signals, until)
         upper = allocation.period.upper or until
         window = (max(active_at, allocation.period.lower), min(until, upper))

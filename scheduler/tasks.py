@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from scheduler import placing, sla
+from scheduler import guarantees, placing, sla
 from scheduler.moves import defrag, drain, remediation
 from scheduler.pools import admission, tides
 
@@ -64,6 +64,13 @@ def fail_stuck_leases() -> list[int]:
 def evaluate_slas() -> list[int]:
     """Measure active and recently ended leases and credit breaches (beat: every 60 s)."""
     return sla.evaluate_slas()
+
+
+@shared_task(name="scheduler.recheck_guarantees")
+def recheck_guarantees(fabric_id: int | None = None) -> dict:
+    """Guarantees checked again on the fabric's routes (after a report changed them, and every
+    minute for every fabric as a safety net)."""
+    return {str(k): v for k, v in guarantees.recheck_guarantees(fabric_id=fabric_id).items()}
 
 
 @shared_task(name="scheduler.remediate_leases")

@@ -248,3 +248,28 @@ def link_state(states: dict[tuple[str, int], str], link: LiveLink) -> str:
     ends = [states.get((link.a_guid, link.a_port), "active"),
             states.get((link.b_guid, link.b_port), "active")]
     return min(ends, key=_STATE_RANK.__getitem__)
+
+
+_FTS_SWITCH = re.compile(r"^Unicast lids \[[^\]]*\] of switch .*\bguid (0x[0-9a-fA-F]+)")
+_FTS_ENTRY = re.compile(r"^0x([0-9a-fA-F]{1,4}) (\d{1,3})\b")
+
+
+def parse_dump_fts(text: str) -> dict[str, dict[int, int]]:
+    """Every switch's unicast forwarding table from one ``dump_fts`` (or ``ibroute``) run:
+    switch GUID -> {destination LID: out port}. A block per switch, headed ``Unicast lids
+    [0x0-0x18] of switch ... guid 0x...  (leaf04):``, then ``0x0002 004 ...`` per LID routed
+    (the LID, the out port; port 0 is the switch itself). A LID it does not list has no route."""
+    tables: dict[str, dict[int, int]] = {}
+    current: dict[int, int] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        header = _FTS_SWITCH.match(line)
+        if header:
+            current = tables.setdefault(normalise_guid(header.group(1)), {})
+            continue
+        entry = _FTS_ENTRY.match(line)
+        if entry and current is not None:
+            current[int(entry.group(1), 16)] = int(entry.group(2))
+    if not tables and text.strip():
+        raise DiagsFormatError("dump_fts printed no forwarding table")
+    return tables

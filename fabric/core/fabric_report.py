@@ -9,7 +9,9 @@ are added without a new version:
 - ``nodes`` and ``links``: the whole topology as a snapshot, sent when its hash differs from the
   hash the server last acknowledged (so the first report, and after every change);
 - ``counters``: every cabled port's counters, every poll (they change every poll);
-- ``subnet_manager``: what the agent knows of OpenSM (its pid file, its config directory).
+- ``subnet_manager``: what the agent knows of OpenSM (its pid file, its config directory);
+- ``routes`` (with ``routes_hash``): every node's LID and every switch's forwarding table, a
+  snapshot sent when its hash differs from the one the server last acknowledged.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import json
 
 from fabric.core.diags import COUNTER_FIELDS, Discovery, link_state
+from fabric.core.routes import encode_table
 
 REPORT_VERSION = 1
 
@@ -50,3 +53,14 @@ def counters_entry(guid: str, port: int, counters: dict) -> dict:
     entry = {"guid": guid, "port": port, "extended": bool(counters.get("extended"))}
     entry.update({name: int(counters.get(name, 0)) for name in COUNTER_FIELDS})
     return entry
+
+
+def routes_section(tables: dict[str, dict[int, int]], lids: dict[str, int]) -> dict:
+    """The ``routes`` of a report: every node's LID and every switch's forwarding table as a
+    hex string (`fabric.core.routes.encode_table`), in a stable order."""
+    return {"lids": {guid: lids[guid] for guid in sorted(lids) if lids[guid]},
+            "switches": {guid: encode_table(tables[guid]) for guid in sorted(tables)}}
+
+
+def routes_hash(section: dict) -> str:
+    return topology_hash(section)

@@ -24,7 +24,8 @@ Span = tuple[datetime, datetime]
 
 @dataclass(frozen=True)
 class Signal:
-    """One health event as the SLA sees it: from `at`, `source` ("node" or "gpu") is down or not."""
+    """One health event as the SLA sees it: from `at`, `source` ("node", "gpu" or "link": a
+    guaranteed lease's bandwidth broken on its routes) is down or not."""
 
     at: datetime
     source: str
@@ -44,6 +45,19 @@ def node_signals(events: Iterable[tuple[datetime, str]], lead: timedelta) -> lis
     return signals
 
 
+def link_signals(events: Iterable[tuple[datetime, str]]) -> list[Signal]:
+    """(at, kind) lease events → signals: every GPU of a guaranteed lease is down from
+    `bandwidth_broken` (no placement keeps its guarantee: a link fault) to
+    `bandwidth_restored`."""
+    signals = []
+    for at, kind in events:
+        if kind == "bandwidth_broken":
+            signals.append(Signal(at, "link", True))
+        elif kind == "bandwidth_restored":
+            signals.append(Signal(at, "link", False))
+    return signals
+
+
 def gpu_signals(events: Iterable[tuple[datetime, str]]) -> list[Signal]:
     """(at, to_value) GPU health events → signals: down at `failed`, up again at `ok`."""
     signals = []
@@ -57,7 +71,7 @@ def gpu_signals(events: Iterable[tuple[datetime, str]]) -> list[Signal]:
 
 def down_spans(signals: Iterable[Signal], until: datetime) -> list[Span]:
     """Spans during which any source was down, up to `until`."""
-    down = {"node": False, "gpu": False}
+    down = {"node": False, "gpu": False, "link": False}
     spans, start = [], None
     for signal in sorted(signals, key=lambda s: (s.at, s.down)):
         was_down = any(down.values())

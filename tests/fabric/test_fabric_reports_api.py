@@ -156,6 +156,12 @@ def test_a_tenant_key_cannot_report(fabric, tenant_client):
     (lambda body: body.update(surprise=1), "surprise"),
     (lambda body: body.update(counters=[{"guid": "0x1", "port": 1}]), "counters.0.xmit_data"),
     (lambda body: body.update(reachable=False), "nodes"),
+    (lambda body: body.update(routes={"lids": {}, "switches": {}}), "routes_hash"),
+    (lambda body: body.update(routes_hash="sha256:1", routes={"lids": {"0x1": 1},
+                                                              "switches": {"0x2": "0g"}}),
+     "routes.switches"),
+    (lambda body: body.update(routes_hash="sha256:1", routes={"lids": {"leaf": 1},
+                                                              "switches": {}}), "routes.lids"),
 ])
 def test_a_malformed_report_is_a_400_naming_the_field_and_changes_nothing(
         fabric, provider_client, change, field):
