@@ -23,13 +23,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.client import ApiClient, ApiError, ServerTrouble, Unreachable
 from agent.errors import AgentError
 from fabric.core import partitions as partition_file
+from fabric.core import qos as qos_core
 from fabric.core.diags import (
     DiagsFormatError,
     Discovery,
@@ -283,38 +284,103 @@ def read_partitions_file(conf_dir: Path) -> str:
 
 def write_partitions_file(conf_dir: Path, partitions: list[dict],
                           port_guid: Callable[[str, int], str | None],
-                          pid_file: Path | None) -> PartitionsWritten:
+                          pid_file: Path | None, *, notify: bool = True) -> PartitionsWritten:
     """Write IBEX's block of ``DIR/partitions.conf`` (the provider's lines kept as they are)
     atomically: a temporary file in the same directory, renamed over the old one, so OpenSM
     never reads half a file. Only when the content changes is the file written and OpenSM
-    (the pid in `pid_file`) sent SIGHUP, on which it re-reads it and re-programs the ports."""
+    (the pid in `pid_file`) sent SIGHUP, on which it re-reads it and re-programs the ports
+    (`notify=False`: the caller signals once for every file it wrote)."""
     current = read_partitions_file(conf_dir)
     lines, missing = partition_file.block(partitions, port_guid)
     text = partition_file.render(current, lines)
     if text == current:
         return PartitionsWritten(False, False, len(partitions), missing)
-    handle, temporary = tempfile.mkstemp(dir=conf_dir, prefix=".partitions.", suffix=".tmp")
+    write_atomically(conf_dir / PARTITIONS_FILE, text)
+    if not notify:
+        return PartitionsWritten(True, False, len(partitions), missing)
+    signalled, error = signal_opensm(pid_file, PARTITIONS_FILE)
+    return PartitionsWritten(True, signalled, len(partitions), missing, error)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` by a synced temporary file in the same directory renamed over it: a
+    reader sees the old content or the new, never half; a failed write leaves the old file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o644
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, conf_dir / PARTITIONS_FILE)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    signalled, error = False, ""
+
+
+def signal_opensm(pid_file: Path | None, what: str) -> tuple[bool, str]:
+    """SIGHUP to OpenSM (the pid in `pid_file`): it re-reads opensm.conf, partitions.conf and
+    qos-policy.conf and sweeps. (signalled, why not)."""
     if pid_file is None:
-        error = "no --opensm-pid-file: OpenSM was not told to re-read partitions.conf"
-    else:
-        try:
-            os.kill(int(pid_file.read_text().split()[0]), signal.SIGHUP)
-            signalled = True
-        except (OSError, ValueError, IndexError) as exc:
-            error = f"OpenSM not signalled ({pid_file}): {exc}"
-    return PartitionsWritten(True, signalled, len(partitions), missing, error)
+        return False, f"no --opensm-pid-file: OpenSM was not told to re-read {what}"
+    try:
+        os.kill(int(pid_file.read_text().split()[0]), signal.SIGHUP)
+        return True, ""
+    except (OSError, ValueError, IndexError) as exc:
+        return False, f"OpenSM not signalled ({pid_file}): {exc}"
+
+
+OPENSM_CONF = "opensm.conf"
+QOS_POLICY_FILE = "qos-policy.conf"
+
+
+@dataclass
+class QosWritten:
+    changed: bool  # opensm.conf's QoS options or qos-policy.conf changed (and were written)
+    signalled: bool
+    pkeys: int  # partitions mapped to their class's SL
+    error: str = ""
+
+
+def write_qos_files(conf_dir: Path, qos: dict, pid_file: Path | None, *,
+                    notify: bool = True) -> QosWritten:
+    """The bandwidth classes (the server's `qos`): ``DIR/qos-policy.conf`` maps each lease's
+    P_Key to its class's SL, and ``DIR/opensm.conf`` (the file OpenSM was started with) gets the
+    QoS options (`qos TRUE`, the VL-arbitration tables, the SL2VL map) and `qos_policy_file`
+    pointing at that policy; its other lines are kept byte for byte. Each file is written
+    atomically and only when its content changes; then OpenSM is sent SIGHUP, on which it
+    re-reads both and re-programs every port's tables."""
+    pkeys = [(entry["pkey"], entry["sl"]) for entry in qos.get("pkeys", [])]
+    conf_path = conf_dir / OPENSM_CONF
+    try:
+        conf = conf_path.read_text()
+    except FileNotFoundError:
+        return QosWritten(False, False, len(pkeys), f"no {conf_path}: start OpenSM with "
+                          f"`opensm -F {conf_path}` for IBEX's bandwidth classes")
+    changed = False
+    policy = qos_core.policy_text(qos["default_sl"], pkeys)
+    policy_path = conf_dir / QOS_POLICY_FILE
+    try:
+        old_policy = policy_path.read_text()
+    except FileNotFoundError:
+        old_policy = None
+    if policy != old_policy:
+        write_atomically(policy_path, policy)
+        changed = True
+    new_conf = qos_core.render_opensm_conf(
+        conf, {**qos["options"], "qos_policy_file": str(policy_path)})
+    if new_conf != conf:
+        write_atomically(conf_path, new_conf)
+        changed = True
+    if not changed or not notify:
+        return QosWritten(changed, False, len(pkeys))
+    signalled, error = signal_opensm(pid_file, f"{OPENSM_CONF} and {QOS_POLICY_FILE}")
+    return QosWritten(True, signalled, len(pkeys), error)
 
 
 class FabricAgent:
@@ -328,6 +394,7 @@ class FabricAgent:
         self.acknowledged_hash: str | None = None  # the topology the server holds
         self.acknowledged_routes: str | None = None  # the routes the server holds
         self.partitions_written: PartitionsWritten | None = None  # the last poll's
+        self.qos_written: QosWritten | None = None  # the last poll's
 
     def poll_once(self) -> dict:
         """Read the fabric and report it; the server's answer."""
@@ -356,13 +423,31 @@ class FabricAgent:
             self.acknowledged_routes = answer.get("routes_hash")
         discovery = getattr(self.reader, "discovery", None)
         if conf_dir is not None and "partitions" in answer and discovery is not None:
-            self.partitions_written = write_partitions_file(
-                conf_dir, answer["partitions"],
-                lambda guid, port: discovery.ca_ports.get((guid, port)),
-                self.options.opensm_pid_file)
-            if self.partitions_written.error:
-                log.warning("%s: %s", self.options.fabric, self.partitions_written.error)
+            self.apply(conf_dir, answer, discovery)
         return answer
+
+    def apply(self, conf_dir: Path, answer: dict, discovery: Discovery) -> None:
+        """Write what the server answered into OpenSM's files, partitions first (the QoS
+        policy names their P_Keys), then one SIGHUP if anything changed."""
+        partitions = write_partitions_file(
+            conf_dir, answer["partitions"],
+            lambda guid, port: discovery.ca_ports.get((guid, port)),
+            self.options.opensm_pid_file, notify=False)
+        qos = write_qos_files(conf_dir, answer["qos"], self.options.opensm_pid_file,
+                              notify=False) if "qos" in answer else None
+        signalled, error = False, ""
+        if partitions.changed or (qos is not None and qos.changed):
+            written = [name for name, done in ((PARTITIONS_FILE, partitions.changed),
+                                               ("the QoS files", qos and qos.changed)) if done]
+            signalled, error = signal_opensm(self.options.opensm_pid_file, " and ".join(written))
+        self.partitions_written = replace(partitions, signalled=signalled and partitions.changed,
+                                          error=error if partitions.changed else "")
+        if qos is not None:
+            self.qos_written = replace(qos, signalled=signalled and qos.changed,
+                                       error=qos.error or (error if qos.changed else ""))
+        for problem in {self.partitions_written.error,
+                        self.qos_written.error if qos is not None else ""} - {""}:
+            log.warning("%s: %s", self.options.fabric, problem)
 
     def run_forever(self) -> None:
         while not self.stop.is_set():

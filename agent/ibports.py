@@ -19,6 +19,9 @@ class IbPort:
     port: int  # the port number on that HCA
     state: str  # down, init, armed, active, active_defer, unknown
     rate_gbps: float | int | None
+    # the port's P_Key table as OpenSM programmed it (sysfs `pkeys/<index>`), full-member bit
+    # included; NCCL names a partition by its index here (NCCL_IB_PKEY)
+    pkeys: tuple[int, ...] = ()
 
 
 def parse_state(text: str) -> str:
@@ -55,9 +58,39 @@ def read_ib_ports(root: Path = SYSFS_INFINIBAND) -> list[IbPort]:
                 port=int(port_dir.name),
                 state=parse_state(state_text),
                 rate_gbps=parse_rate(rate_text) if rate_text else None,
+                pkeys=read_pkey_table(port_dir / "pkeys"),
             )
         )
     return sorted(ports, key=lambda p: (p.device, p.port))
+
+
+def read_pkey_table(directory: Path) -> tuple[int, ...]:
+    """The P_Key table, by index (files `0`, `1`, ... holding `0xffff`); empty entries are
+    0x0000, and an unreadable table is empty."""
+    if not directory.is_dir():
+        return ()
+    entries: dict[int, int] = {}
+    for entry in directory.iterdir():
+        text = _read(entry)
+        if entry.name.isdigit() and text is not None:
+            try:
+                entries[int(entry.name)] = int(text.strip(), 16)
+            except ValueError:
+                continue
+    return tuple(entries.get(i, 0) for i in range(max(entries, default=-1) + 1))
+
+
+def pkey_index(ports: list[IbPort], pkey: int) -> int | None:
+    """The index of `pkey` (15 bits; either membership) in the tables of every one of `ports`,
+    if it is the same on all of them; None while OpenSM has not put it on one (the agent's
+    next launch sees it) or where the ports disagree."""
+    indexes = set()
+    for port in ports:
+        found = [i for i, value in enumerate(port.pkeys) if value & 0x7FFF == pkey]
+        if not found:
+            return None
+        indexes.add(found[0])
+    return indexes.pop() if len(indexes) == 1 else None
 
 
 def ports_payload(ports: list[IbPort]) -> list[dict]:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
 from agent.accounts import lease_id
-from agent.ibports import IbPort
+from agent.ibports import IbPort, pkey_index
 
 # the PATH of a lease account, as a login shell on Debian/Ubuntu would set it
 ACCOUNT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -132,6 +132,11 @@ def launch_env(
         env["NCCL_IB_HCA"] = hca
     else:
         env.pop("NCCL_IB_HCA", None)  # the tenant may not pick HCAs on a node that has none
+    index = nccl_ib_pkey(launch.ib_pkey, gpus, rails, gpus_on_node)
+    if index is not None:
+        env["NCCL_IB_PKEY"] = str(index)
+    else:
+        env.pop("NCCL_IB_PKEY", None)  # no partition of its own (yet): the tenant names none
     return env
 
 
@@ -187,17 +192,34 @@ def unusable_parts(devices: list[dict] | None) -> str:
             f"is not set up: {device.get('error') or 'unknown error'}")
 
 
+def used_rails(gpus: list[int], rails: list[IbPort], gpus_on_node: int) -> list[IbPort]:
+    """The rails of the leased GPUs: GPU i sits on rail i * rails // GPUs."""
+    if not rails or not gpus:
+        return []
+    gpus_on_node = max(gpus_on_node, max(gpus) + 1)
+    return [rails[r] for r in sorted({index * len(rails) // gpus_on_node for index in gpus})]
+
+
+def nccl_ib_pkey(ib_pkey: str | None, gpus: list[int], rails: list[IbPort],
+                 gpus_on_node: int) -> int | None:
+    """NCCL_IB_PKEY: the index of the lease's P_Key in its rails' P_Key tables (NCCL takes an
+    index, not the key). None without a partition, or before OpenSM programmed it on every
+    rail the lease uses."""
+    if not ib_pkey:
+        return None
+    return pkey_index(used_rails(gpus, rails, gpus_on_node), int(ib_pkey, 16))
+
+
 def nccl_ib_hca(gpus: list[int], rails: list[IbPort], gpus_on_node: int) -> str | None:
     """`=mlx5_0:1,mlx5_3:1`: the rails (IB ports in HCA, port order) of the leased GPUs.
 
     GPU i sits on rail i * rails // GPUs, so eight GPUs on eight rails get one each and eight
     GPUs on four rails share them in pairs. The leading `=` makes NCCL match names exactly.
     """
-    if not rails or not gpus:
+    used = used_rails(gpus, rails, gpus_on_node)
+    if not used:
         return None
-    gpus_on_node = max(gpus_on_node, max(gpus) + 1)
-    used = sorted({index * len(rails) // gpus_on_node for index in gpus})
-    return "=" + ",".join(f"{rails[rail].device}:{rails[rail].port}" for rail in used)
+    return "=" + ",".join(f"{rail.device}:{rail.port}" for rail in used)
 
 
 def free_port(address: str) -> int:

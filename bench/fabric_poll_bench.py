@@ -38,7 +38,7 @@ from agent.fabric_agent import COUNTER_TOOLS, FabricReader  # noqa: E402
 from fabric.core.diags import parse_discovery, parse_dump_fts  # noqa: E402
 from fabric.core.generators import fat_tree  # noqa: E402
 from fabric.core.netfile import ibsim_netfile  # noqa: E402
-from tests.fabric.live.simulated_fabric import SimulatedFabric  # noqa: E402
+from fabric.live_sim import SimulatedFabric  # noqa: E402
 
 
 def main():

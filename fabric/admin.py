@@ -24,19 +24,22 @@ class FabricAdmin(admin.ModelAdmin):
     readonly_fields = ["summary", "agent_seen_at", "agent_reachable", "agent_error",
                        "live_seen_at", "live_topology_hash", "live_summary", "created_at",
                        "updated_at",
-                       # set through the API (fabric.services.set_pkey_range) and the agent
-                       "pkey_first", "pkey_last", "provider_pkeys", "error_threshold"]
+                       # set through the API (fabric.services.set_pkey_range, set_qos,
+                       # update_fabric_settings) and the agent
+                       "pkey_first", "pkey_last", "provider_pkeys", "qos", "error_threshold"]
 
 
 @admin.register(Partition)
 class PartitionAdmin(admin.ModelAdmin):
     """Leases' partitions: written by the pool's bindings alone (fabric.services.sync_partitions)."""
 
-    list_display = ["holder", "pkey_hex", "fabric", "created_at", "released_at"]
-    list_filter = ["fabric"]
+    list_display = ["holder", "pkey_hex", "bandwidth_class", "fabric", "created_at",
+                    "released_at"]
+    list_filter = ["fabric", "bandwidth_class"]
     search_fields = ["holder"]
     list_select_related = ["fabric"]
-    readonly_fields = ["fabric", "pkey", "holder", "hosts", "created_at", "released_at"]
+    readonly_fields = ["fabric", "pkey", "holder", "bandwidth_class", "hosts", "created_at",
+                       "released_at"]
 
     @admin.display(description="P_Key", ordering="pkey")
     def pkey_hex(self, partition):

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fabric import selectors, services
+from fabric.core import qos as qos_core
 from fabric.core.fabric_report import REPORT_VERSION
 from fabric.core.spec import normalise_guid
 from fabric.models import (
@@ -70,9 +71,46 @@ class FabricPartitionsSerializer(serializers.Serializer):
     live = serializers.IntegerField(help_text="live partitions (leases on several nodes)")
 
 
+class QosClassSerializer(serializers.Serializer):
+    sl = serializers.IntegerField(min_value=0, max_value=15, help_text="its service level")
+    vl = serializers.IntegerField(min_value=0, max_value=14, help_text="the VL its SL maps to")
+
+
+class QosClassesSerializer(serializers.Serializer):
+    guaranteed = QosClassSerializer()
+    standard = QosClassSerializer()
+    scavenger = QosClassSerializer()
+
+
+class QosSettingsSerializer(serializers.Serializer):
+    """A fabric's bandwidth classes as OpenSM's QoS (docs/fabric.md, "Bandwidth classes")."""
+
+    max_vls = serializers.ChoiceField(choices=list(qos_core.MAX_VLS_CHOICES),
+                                      help_text="data VLs a port uses (qos_max_vls)")
+    high_limit = serializers.IntegerField(min_value=0, max_value=255, help_text=(
+        "how much the high-priority table may send before the low one gets a turn; 255: "
+        "no limit (qos_high_limit)"))
+    classes = QosClassesSerializer()
+    vlarb_high = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=255),
+                                       help_text='VL → weight, high priority: {"1": 255}')
+    vlarb_low = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=255),
+                                      help_text='VL → weight, low priority: {"0": 64, "2": 4}')
+    sl2vl = serializers.ListField(child=serializers.IntegerField(), read_only=True, help_text=(
+        "the VL of each SL 0-15, from the classes (other SLs: the standard VL)"))
+
+
+@extend_schema_field(QosSettingsSerializer(partial=True))
+class QosChangeField(serializers.DictField):
+    """The settings to change; the service checks them whole (fabric.core.qos.validate) and
+    names the field it refuses (`qos.classes.scavenger.sl`)."""
+
+
 class FabricUpdateSerializer(StrictSerializer):
     pkey_range = PkeyRangeSerializer(required=False, help_text=(
         "the P_Keys IBEX gives leases' partitions (default 0x1000-0x7ffe)"))
+    qos = QosChangeField(required=False, help_text=(
+        "the bandwidth classes' SLs, VLs and VL-arbitration weights; a key left out keeps "
+        "its value"))
     guarantee_ratio = serializers.DecimalField(
         max_digits=4, decimal_places=3, required=False, help_text=(
             "guaranteed bandwidth on a link may sum to its rate × this: above 0, at most 1 "
@@ -90,8 +128,8 @@ class FabricUpdateSerializer(StrictSerializer):
 
     def validate(self, data):
         if not data:
-            raise ValidationError({"pkey_range": [
-                "give pkey_range, guarantee_ratio or error_threshold"]})
+            raise ValidationError({"non_field_errors": [
+                "nothing to change: give pkey_range, qos, guarantee_ratio or error_threshold"]})
         return data
 
 
@@ -125,6 +163,7 @@ class FabricSerializer(serializers.ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     partitions = serializers.SerializerMethodField()
     health = serializers.SerializerMethodField()
+    qos = serializers.SerializerMethodField()
     link_rate_gbps = serializers.DecimalField(max_digits=7, decimal_places=1, read_only=True,
                                               allow_null=True)
 
@@ -134,7 +173,8 @@ class FabricSerializer(serializers.ModelSerializer):
                   "guarantee_ratio",
                   "gateway", "gateway_status", "gateway_seen_at", "agent_seen_at",
                   "agent_reachable", "agent_error", "live_seen_at", "live_summary",
-                  "partitions", "error_threshold", "health", "created_at", "updated_at"]
+                  "partitions", "qos", "error_threshold", "health", "created_at",
+                  "updated_at"]
         read_only_fields = fields
 
     @extend_schema_field(FabricPartitionsSerializer)
@@ -146,6 +186,12 @@ class FabricSerializer(serializers.ModelSerializer):
                 "live": fabric.live_partitions if hasattr(fabric, "live_partitions")
                 else fabric.partitions.filter(released_at__isnull=True).count()}
 
+    @extend_schema_field(QosSettingsSerializer)
+    def get_qos(self, fabric) -> dict:
+        """The bandwidth classes' SLs and VLs and the VL-arbitration weights, IBEX's defaults
+        where the provider set none."""
+        settings = qos_core.settings_of(fabric.qos)
+        return {**settings, "sl2vl": qos_core.sl2vl(settings)}
     @extend_schema_field(FabricHealthSerializer(allow_null=True))
     def get_health(self, fabric) -> dict | None:
         """Links down and erring, errors and utilisation per tier, from the stored counters
@@ -235,8 +281,8 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
     @extend_schema(request=FabricUpdateSerializer, responses=FabricSerializer,
-                   summary="Set the fabric's P_Key range, guarantee ratio and link error "
-                           "threshold")
+                   summary="Set the fabric's P_Key range, bandwidth classes' QoS, guarantee "
+                           "ratio or link error threshold")
     def partial_update(self, request, pk=None):
         fabric = self.get_object()
         viewer = organization_of(request)
@@ -244,7 +290,9 @@ class FabricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             raise NotFound()  # a tenant leasing on it sees it, but it is not theirs to change
         form = FabricUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        with transaction.atomic():
+        with transaction.atomic():  # all or nothing
+            if "qos" in form.validated_data:
+                fabric = services.set_qos(fabric=fabric, change=form.validated_data["qos"])
             fabric = services.update_fabric_settings(
                 fabric=fabric, pkey_range=form.validated_data.get("pkey_range"),
                 error_threshold=form.validated_data.get("error_threshold"))
@@ -469,6 +517,21 @@ class PartitionSerializer(serializers.Serializer):
                                                              "nodes: full members")
 
 
+class QosPkeySerializer(serializers.Serializer):
+    pkey = serializers.CharField(help_text="a live partition's P_Key, `0x1a2b`")
+    sl = serializers.IntegerField(help_text="its lease's class's SL")
+    # `class` is a Python keyword: the field is named in the constructor
+    vars()["class"] = serializers.CharField(help_text="its lease's bandwidth class")
+
+
+class QosAnswerSerializer(serializers.Serializer):
+    options = serializers.DictField(child=serializers.CharField(), help_text=(
+        "opensm.conf's QoS options (qos, qos_max_vls, qos_high_limit, qos_vlarb_high, "
+        "qos_vlarb_low, qos_sl2vl)"))
+    default_sl = serializers.IntegerField(help_text="the standard class's SL: every other path")
+    pkeys = QosPkeySerializer(many=True)
+
+
 class FabricReportAnswerSerializer(serializers.Serializer):
     fabric = serializers.CharField()
     reachable = serializers.BooleanField()
@@ -488,6 +551,9 @@ class FabricReportAnswerSerializer(serializers.Serializer):
     partitions = PartitionSerializer(many=True, help_text=(
         "the fabric's live partitions, one per lease on several nodes: what IBEX's block of "
         "partitions.conf holds"))
+    qos = QosAnswerSerializer(help_text=(
+        "the bandwidth classes: the QoS options of opensm.conf and each partition's SL "
+        "(qos-policy.conf)"))
 
 
 class FabricReportView(APIView):

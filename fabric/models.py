@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.db import models
 from django.db.models import Q
 
+from fabric.core import qos
 from ibex.accounts.models import Organization
 
 # P_Keys IBEX may give (15 bits; OpenSM adds the full-member bit 0x8000): 0x0000 is invalid and
@@ -81,6 +82,10 @@ class Fabric(models.Model):
     error_threshold = models.PositiveIntegerField(
         default=ERROR_THRESHOLD_DEFAULT,
         help_text="errors per minute on a link (both ends) above which it is faulty")
+    # Bandwidth classes (docs/fabric.md, "Bandwidth classes"): the provider's SLs, VLs and
+    # VL-arbitration weights; empty: IBEX's defaults (fabric.core.qos.DEFAULT_SETTINGS).
+    qos = models.JSONField(default=dict, blank=True,
+                           help_text="the provider's QoS settings (validated by fabric.core.qos)")
     # Admission on the real routes (docs/fabric.md): the share of each link's rate that
     # guarantees may take together.
     guarantee_ratio = models.DecimalField(
@@ -319,6 +324,10 @@ class Partition(models.Model):
     pkey = models.PositiveIntegerField(help_text="15 bits, without the full-member bit")
     holder = models.CharField(max_length=64, help_text="the lease reference, e.g. L-12")
     hosts = models.ManyToManyField(Host, related_name="partitions", blank=True)
+    bandwidth_class = models.CharField(
+        max_length=12, default=qos.STANDARD,
+        choices=[(name, name) for name in qos.CLASSES],
+        help_text="its lease's class: its P_Key maps to that class's SL (qos-policy.conf)")
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
 
@@ -332,6 +341,8 @@ class Partition(models.Model):
                                     name="one_live_partition_per_lease_per_fabric"),
             models.CheckConstraint(condition=Q(pkey__gte=PKEY_MIN, pkey__lte=PKEY_MAX),
                                    name="partition_pkey_in_range"),
+            models.CheckConstraint(condition=Q(bandwidth_class__in=qos.CLASSES),
+                                   name="partition_bandwidth_class_known"),
         ]
         indexes = [models.Index(fields=["holder"])]
 

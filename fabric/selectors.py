@@ -9,9 +9,11 @@ from decimal import Decimal
 from django.db.models import Count, Max
 
 from fabric.core import bandwidth
+from fabric.core import qos as qos_core
 from fabric.core.levels import NodeDomains
 from fabric.core.routes import RouteMap, decode_table, derived_route_map
 from fabric.core.slurm import export_slurm_block, export_slurm_tree
+from fabric.core.spec import FabricSpec, HcaSpec, LinkSpec, SwitchSpec
 from fabric.core.topology import SnapshotNode, TopologySnapshot
 from fabric.models import (
     Fabric,
@@ -48,6 +50,37 @@ def load_snapshot(fabric: Fabric) -> TopologySnapshot:
         host_gbps=host_gbps, leaf_uplink_gbps=uplinks.get("leaf"),
         spine_uplink_gbps=uplinks.get("spine"),
     )
+
+
+def load_spec(fabric: Fabric) -> FabricSpec:
+    """The fabric as a spec again, with its stored GUIDs, names, port numbers and link rates
+    (what an ibsim net file needs to simulate exactly the fabric IBEX holds), in four queries.
+    A single-switch fabric comes back as a fat tree of one switch."""
+    switches = tuple(
+        SwitchSpec(guid, name, tier, ports, group or None, tuple(coords) if coords else None)
+        for guid, name, tier, ports, group, coords in Switch.objects.filter(fabric=fabric)
+        .order_by("name").values_list("guid", "name", "tier", "port_count", "group", "coords"))
+    hca_of = {guid: (host, description) for guid, host, description in Hca.objects.filter(
+        fabric=fabric).values_list("guid", "host__name", "description")}
+    ends: dict[int, dict[str, tuple[str, int]]] = {}
+    rates: dict[int, tuple] = {}
+    hcas = []
+    for link_id, end, guid, number, rate, width, state in Port.objects.filter(
+            fabric=fabric, link__isnull=False).order_by("link_id").values_list(
+            "link_id", "link_end", "device_guid", "number", "link__rate_gbps", "link__width",
+            "link__state"):
+        ends.setdefault(link_id, {})[end] = (guid, number)
+        rates[link_id] = (float(rate) if rate is not None else None, width or None, state)
+        if guid in hca_of:
+            host, description = hca_of[guid]
+            hcas.append(HcaSpec(guid, host, number, description))
+    links = tuple(LinkSpec(*pair["a"], *pair["b"], rates[link_id][0], rates[link_id][1],
+                           rates[link_id][2].capitalize())
+                  for link_id, pair in ends.items() if len(pair) == 2)
+    gpus = dict(Host.objects.filter(fabric=fabric).values_list("name", "gpus"))
+    kind = "fat-tree" if fabric.kind == Fabric.Kind.SINGLE_SWITCH else fabric.kind
+    return FabricSpec(kind, switches, tuple(sorted(hcas, key=lambda h: (h.host, h.guid, h.port))),
+                      links, gpus, tuple(fabric.torus_dims) if fabric.torus_dims else None)
 
 
 def node_domains(fabric: Fabric) -> dict[str, NodeDomains]:
@@ -101,6 +134,18 @@ def live_partitions(fabric: Fabric) -> list[dict]:
                          for guid, number in sorted({p for host in members.get(pk, [])
                                                      for p in ports.get(host, [])})]}
             for pk, pkey, holder in partitions]
+
+
+def qos_answer(fabric: Fabric) -> dict:
+    """What the fabric agent applies of the bandwidth classes: the opensm.conf QoS options
+    and each live partition's P_Key to its class's SL (qos-policy.conf)."""
+    settings = qos_core.settings_of(fabric.qos)
+    return {"options": qos_core.opensm_options(settings),
+            "default_sl": qos_core.sl_of(settings, qos_core.STANDARD),
+            "pkeys": [{"pkey": f"{pkey:#06x}", "class": name, "sl": qos_core.sl_of(settings, name)}
+                      for pkey, name in Partition.objects.filter(
+                          fabric=fabric, released_at__isnull=True).order_by("pkey")
+                      .values_list("pkey", "bandwidth_class")]}
 
 
 def fastest_link_gbps() -> Decimal | None:

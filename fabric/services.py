@@ -19,6 +19,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from fabric.core import bandwidth
+from fabric.core import qos as qos_core
 from fabric.core.diags import link_key
 from fabric.core.errors import FabricFormatError
 from fabric.core.ibnetdiscover import parse_ibnetdiscover
@@ -42,7 +43,7 @@ from fabric.models import (
     Switch,
     TrafficAccount,
 )
-from fabric.selectors import live_partitions
+from fabric.selectors import live_partitions, qos_answer
 from ibex.accounts.models import Organization
 from ibex.db import analyze_after_bulk_load
 from ibex.errors import Refusal
@@ -265,7 +266,7 @@ def record_fabric_report(*, provider: Organization, fabric_name: str, report: di
     answer.update(topology_hash=fabric.live_topology_hash, links=summary["links"],
                   routes_hash=held or "",
                   partial_view=summary.get("partial_view", False),
-                  partitions=live_partitions(fabric))
+                  partitions=live_partitions(fabric), qos=qos_answer(fabric))
     return answer
 
 
@@ -540,7 +541,8 @@ def format_pkey(pkey: int | None) -> str | None:
 
 
 @transaction.atomic(savepoint=False)  # inside the binding's transaction: no savepoint of its own
-def sync_partitions(*, hosts_by_holder: dict[str, list[int]], now: datetime | None = None) -> None:
+def sync_partitions(*, hosts_by_holder: dict[str, list[int]],
+                    classes: dict[str, str] | None = None, now: datetime | None = None) -> None:
     """Each lease's partitions follow the hosts it is on now (`holder` → host ids, from the
     pool's bindings): on every fabric where it is on two hosts or more it has a live partition
     with exactly those hosts (a new one gets a free P_Key of the fabric's range; one that moves
@@ -548,7 +550,12 @@ def sync_partitions(*, hosts_by_holder: dict[str, list[int]], now: datetime | No
     whenever the pool binds or unbinds a lease; a few queries however many leases.
 
     PostgreSQL decides which P_Keys are free (`pkey_in_one_live_partition_per_fabric`): two
-    placements that pick the same one concurrently both succeed, with different P_Keys."""
+    placements that pick the same one concurrently both succeed, with different P_Keys.
+
+    `classes` (holder → bandwidth class, from the market through the pool) sets each named
+    lease's class on its partitions, whose P_Key the fabric agent then maps to that class's SL;
+    a lease not named keeps its class (a new partition: standard)."""
+    classes = classes or {}
     if not hosts_by_holder:
         return
     now = now or timezone.now()
@@ -579,14 +586,17 @@ def sync_partitions(*, hosts_by_holder: dict[str, list[int]], now: datetime | No
     fabrics = Fabric.objects.in_bulk({fabric_id for fabric_id, _ in wanted})
     for (fabric_id, holder), members in sorted(wanted.items()):
         partition = live.get((fabric_id, holder))
+        bandwidth_class = classes.get(holder)
         if partition is None:
-            partition = _new_partition(fabrics[fabric_id], holder)
-        elif members_now[partition.pk] == members:
-            continue
-        partition.hosts.set(sorted(members))
+            partition = _new_partition(fabrics[fabric_id], holder,
+                                       bandwidth_class or qos_core.STANDARD)
+        elif bandwidth_class and partition.bandwidth_class != bandwidth_class:
+            Partition.objects.filter(pk=partition.pk).update(bandwidth_class=bandwidth_class)
+        if members_now[partition.pk] != members:
+            partition.hosts.set(sorted(members))
 
 
-def _new_partition(fabric: Fabric, holder: str) -> Partition:
+def _new_partition(fabric: Fabric, holder: str, bandwidth_class: str) -> Partition:
     """A live partition with the lowest P_Key of the fabric's range that no live partition and
     no provider's line holds. A concurrent placement that took the same P_Key first makes the
     insert fail (the unique constraint, or PostgreSQL breaking a deadlock between two such
@@ -602,7 +612,8 @@ def _new_partition(fabric: Fabric, holder: str) -> Partition:
             break
         try:
             with transaction.atomic():
-                return Partition.objects.create(fabric=fabric, pkey=pkey, holder=holder)
+                return Partition.objects.create(fabric=fabric, pkey=pkey, holder=holder,
+                                                bandwidth_class=bandwidth_class)
         except IntegrityError as exc:
             if "pkey_in_one_live_partition_per_fabric" not in str(exc):
                 raise
@@ -632,6 +643,28 @@ def set_pkey_range(*, fabric: Fabric, first: int, last: int) -> Fabric:
             f"{', '.join(format_pkey(key) for key in own[:10])}")
     Fabric.objects.filter(pk=locked.pk).update(pkey_first=first, pkey_last=last)
     locked.pkey_first, locked.pkey_last = first, last
+    return locked
+
+
+# --- bandwidth classes: the provider's QoS settings -------------------------------------------
+
+
+class QosSettingsRefused(Refusal):
+    field = "qos"
+
+
+@transaction.atomic
+def set_qos(*, fabric: Fabric, change: dict) -> Fabric:
+    """The provider's QoS settings (docs/fabric.md, "Bandwidth classes"): `change` over the
+    fabric's current ones (a key left out keeps its value), all checked together before
+    anything is written. The fabric agent's next answer carries them to OpenSM."""
+    locked = Fabric.objects.select_for_update().get(pk=fabric.pk)
+    try:
+        settings = qos_core.validate(qos_core.merge(qos_core.settings_of(locked.qos), change))
+    except qos_core.QosSettingsError as exc:
+        raise QosSettingsRefused(exc.message, field=exc.field) from None
+    Fabric.objects.filter(pk=locked.pk).update(qos=settings)
+    locked.qos = settings
     return locked
 
 

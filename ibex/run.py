@@ -1,7 +1,9 @@
 """`make demo`: run a whole IBEX installation on this machine and stop it on Ctrl-C.
 
 Starts (or reuses) the embedded PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset,
-migrates, then runs the web server (gunicorn), a Celery worker and Celery beat as children.
+migrates, then runs the web server (gunicorn), a Celery worker and Celery beat as children;
+after seeding, simulated node agents, simulated tenants and, where ibsim, OpenSM and
+infiniband-diags are installed, one provider's fabric live (`manage.py fabric_sim`).
 Ctrl-C (SIGINT) or SIGTERM stops the children in order, then the embedded services.
 """
 
@@ -114,6 +116,26 @@ def simulated_agents(host: str, port: int) -> dict[str, tuple[list[str], str]]:
     return agents
 
 
+LIVE_FABRIC = "live-fabric"
+LIVE_FABRIC_INTERVAL_S = 10
+
+
+def live_fabric(host: str, port: int) -> tuple[list[str], str] | None:
+    """`manage.py fabric_sim` for the seeded provider marked `live_fabric`: its command line
+    and its provider key (passed as IBEX_API_KEY). With `--if-installed` it says in one line
+    that the live fabric is off, and exits 0, where ibsim, OpenSM or infiniband-diags is
+    missing. ibqueryerrors reads the counters: two runs a poll instead of two per node."""
+    credentials = json.loads((var_dir() / "demo" / "credentials.json").read_text())
+    entry = next((entry for _, entry in sorted(credentials.items())
+                  if entry["role"] == "provider" and entry.get("live_fabric")), None)
+    if entry is None:
+        return None
+    return ([sys.executable, "manage.py", "fabric_sim", entry["fabric"], "--if-installed",
+             "--server", f"http://{host}:{port}", "--interval", str(LIVE_FABRIC_INTERVAL_S),
+             "--counters", "ibqueryerrors", "--dir", str(var_dir() / "demo" / "fabric-sim")],
+            entry["key"])
+
+
 def stop_children(processes: dict[str, subprocess.Popen]) -> None:
     for process in processes.values():
         if process.poll() is None:
@@ -161,15 +183,31 @@ def main() -> int:
             processes["tenants"] = subprocess.Popen(
                 [sys.executable, "manage.py", "simulate_tenants", "--api",
                  f"http://{host}:{port}"], start_new_session=True)
+            live = live_fabric(host, port)
+            if live is not None:
+                # stdin from /dev/null: its console is the FIFO var/demo/fabric-sim/console
+                processes[LIVE_FABRIC] = subprocess.Popen(
+                    live[0], start_new_session=True, stdin=subprocess.DEVNULL,
+                    env={**os.environ, "IBEX_API_KEY": live[1]})
         print(f"\nIBEX is running at http://{host}:{port}/ (API: /api/v1/, docs: "
               f"/api/v1/docs/, readiness: /readyz; logins in var/demo/credentials.json). "
               f"Press Ctrl-C to stop.\n", flush=True)
         while True:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    print(f"ibex: {name} exited with status {process.returncode}; stopping",
-                          flush=True)
-                    return 1
+            for name, process in list(processes.items()):
+                if process.poll() is None:
+                    continue
+                if name == LIVE_FABRIC:
+                    # the live fabric is an extra: off (status 0, it said why) or failed, the
+                    # exchange runs on without it
+                    if process.returncode:
+                        print(f"ibex: the live fabric exited with status {process.returncode} "
+                              f"(logs in {var_dir() / 'demo' / 'fabric-sim'}); the rest of "
+                              "the demo runs on", flush=True)
+                    del processes[name]
+                    continue
+                print(f"ibex: {name} exited with status {process.returncode}; stopping",
+                      flush=True)
+                return 1
             time.sleep(0.5)
     except Stop as stop:
         print(f"\nibex: {stop} received, stopping", flush=True)

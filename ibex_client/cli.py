@@ -46,6 +46,32 @@ def dollars(text: str) -> Decimal:
     return value
 
 
+BANDWIDTH_CLASSES = ("guaranteed", "standard", "scavenger")
+BANDWIDTH_SPEC = "guaranteed:GBPS (Gb/s per GPU), standard or scavenger"
+
+
+def bandwidth(text: str) -> dict:
+    """`--bandwidth guaranteed:50` / `standard` / `scavenger` as the order's `bandwidth`."""
+    name, sep, rate = (part.strip() for part in text.partition(":"))
+    if name not in BANDWIDTH_CLASSES:
+        raise argparse.ArgumentTypeError(f"unknown class {name!r}: use {BANDWIDTH_SPEC}")
+    if name != "guaranteed":
+        if sep:
+            raise argparse.ArgumentTypeError(f"only guaranteed takes Gb/s per GPU: give "
+                                             f"{name} alone")
+        return {"class": name}
+    if not rate:
+        raise argparse.ArgumentTypeError("guaranteed needs its Gb/s per GPU: guaranteed:50")
+    try:
+        gbps = Decimal(rate)
+    except InvalidOperation:
+        gbps = None
+    if gbps is None or not gbps.is_finite() or gbps <= 0:
+        raise argparse.ArgumentTypeError(f"guaranteed:{rate}: Gb/s per GPU is a number above "
+                                         f"0, e.g. guaranteed:50")
+    return {"class": "guaranteed", "gbps_per_gpu": format(gbps.normalize(), "f")}
+
+
 def positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a whole number from 1: {text!r}")
@@ -123,6 +149,9 @@ def order_options(parser: argparse.ArgumentParser, *, bid: bool) -> None:
                       help="instead of the flags above, one shape of a bid over 2 to 8 "
                            "alternatives (at most one wins): gpus=N,model=M[|M2],hours=N,"
                            "price=P[,within=LEVEL|prefer=LEVEL]; spot or reserved bids only")
+    what.add_argument("--bandwidth", type=bandwidth, metavar="CLASS",
+                      help=f"the lease's bandwidth class on the fabric: {BANDWIDTH_SPEC} "
+                           f"(default standard)")
     what.add_argument("--start-after", type=moment, metavar="TIME",
                       help="start no earlier (ISO 8601 or +2h); reserved bids need it")
     what.add_argument("--start-before", type=moment, metavar="TIME",
@@ -365,7 +394,7 @@ def order_kwargs(args) -> dict:
     return dict(kw, tier=args.tier, start_after=args.start_after,
                 start_before=args.start_before, command=args.rest or None,
                 env=dict(args.env), workdir=args.workdir, ssh_keys=work_kwargs(args),
-                fill=args.fill)
+                fill=args.fill, bandwidth=args.bandwidth)
 
 
 def shape_kwargs(args) -> dict:
@@ -527,6 +556,8 @@ def order_text(order) -> str:
     for position, a in enumerate(order.alternatives, 1):
         won = "  ← won" if order.alternative == position - 1 else ""
         lines.append(f"  alternative {position}  {alternative_text(a)}{won}")
+    if order.bandwidth and order.bandwidth.get("class") not in (None, "standard"):
+        lines.append(f"  bandwidth {bandwidth_text(order.bandwidth)}")
     if price := price_to_win_text(order):
         lines.append(f"  {price}" + (f" ({order.price_to_win_reason})"
                                      if order.price_to_win is not None
@@ -568,6 +599,13 @@ def gpus_text(lease) -> str:
     return " ".join(f"{node}/{','.join(parts)}" for node, parts in by_node.items()) or "-"
 
 
+def bandwidth_text(bandwidth: dict) -> str:
+    """`guaranteed, 50 Gb/s per GPU`, `standard`, `scavenger`."""
+    name = bandwidth.get("class") or "standard"
+    gbps = bandwidth.get("gbps_per_gpu")
+    return f"{name}, {gbps:g} Gb/s per GPU" if gbps is not None else name
+
+
 def lease_text(lease) -> str:
     loc = lease.locality
     lines = [
@@ -583,6 +621,8 @@ def lease_text(lease) -> str:
         f"  locality  {loc.leaves} leaf, {loc.spines} spine, at most {loc.max_hops} hops"
         if loc else "  locality  -",
     ]
+    if lease.bandwidth:
+        lines.append(f"  bandwidth {bandwidth_text(lease.bandwidth)}")
     if lease.sla:
         s = lease.sla
         target = (f"{s.availability_target_percent} % target" if s.availability_target_percent

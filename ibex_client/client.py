@@ -460,7 +460,8 @@ def order_body(*, gpus: int | None = None, model: str | list[str] | None = None,
                workdir: str = "", ssh_keys: list[str] | None = None,
                mig_profile: str | None = None, share: int | None = None,
                count: int | None = None, fill: str | None = None,
-               allow_moves: bool | None = None, alternatives: list[dict] | None = None) -> dict:
+               allow_moves: bool | None = None, alternatives: list[dict] | None = None,
+               bandwidth: dict | None = None) -> dict:
     """The JSON of `POST /api/v1/orders/` (and `/quote/`) from keyword arguments: one shape
     (`gpus`, `model`, `hours`, `max_price`, `within`/`prefer`, or parts), or `alternatives`."""
     if alternatives:
@@ -494,6 +495,8 @@ def order_body(*, gpus: int | None = None, model: str | list[str] | None = None,
         body["fill"] = fill
     if allow_moves is not None:
         body["allow_moves"] = bool(allow_moves)
+    if bandwidth:  # {"class": "guaranteed", "gbps_per_gpu": 50}, {"class": "scavenger"}, ...
+        body["bandwidth"] = dict(bandwidth)
     return body
 
 

@@ -160,6 +160,8 @@ class Order(Result):
     # None with the reason when no limit would have
     price_to_win: Decimal | None = None
     price_to_win_reason: str = ""
+    # its class on the fabric: {"class": "guaranteed", "gbps_per_gpu": 50.0}, or standard
+    bandwidth: dict | None = None
     idempotency_key: str | None = None  # known when this client placed it
     _client: Client | None = field(default=None, repr=False, compare=False)
 
@@ -179,6 +181,7 @@ class Order(Result):
                    alternative=d.get("alternative"),
                    price_to_win=money(d.get("price_to_win")),
                    price_to_win_reason=d.get("price_to_win_reason") or "",
+                   bandwidth=d.get("bandwidth"),
                    idempotency_key=idempotency_key, _client=client)
 
     def wait_active(self, timeout_s: float = 600, poll_s: float = 1.0,
@@ -296,6 +299,7 @@ class Lease(Result):
     access: list[Access]
     events: list[LeaseEvent]
     sla: Sla | None = None  # filled by Client.lease(id, sla=True)
+    bandwidth: dict | None = None  # its class on the fabric, as its order asked
 
     @classmethod
     def from_json(cls, d: dict) -> Lease:
@@ -328,6 +332,7 @@ class Lease(Result):
                                from_state=e.get("from_state") or "",
                                to_state=e.get("to_state") or "", actor=e.get("actor") or "",
                                reason=e.get("reason") or "") for e in d.get("events") or []],
+            bandwidth=d.get("bandwidth"),
         )
 
     @property

@@ -22,6 +22,7 @@ from psycopg import errors
 
 from billing import services as money
 from billing.core.money import to_dollars
+from fabric.core import qos
 from fabric.core.locality import NodeKey
 from ibex.accounts.models import Organization
 from ibex.audit.services import record_audit
@@ -72,6 +73,20 @@ LEASE_MACHINE = StateMachine(name="lease", transitions=LEASE_TRANSITIONS,
 
 
 # --- what a lease holds now ---------------------------------------------------------------------
+
+
+def bandwidth_classes_of(leases) -> dict[str, str]:
+    """Each lease's bandwidth class by its reference, as its order asked (standard for a
+    lease no order made): what the pool passes to its partitions (docs/fabric.md)."""
+    leases = list(leases)
+    # a lease read with select_related("order") answers without a query
+    loaded = {lease.pk: getattr(lease, "order", None) for lease in leases
+              if Lease.order.is_cached(lease)}
+    unread = [lease.pk for lease in leases if lease.pk not in loaded]
+    asked = dict(Order.objects.filter(lease__in=unread).values_list(
+        "lease_id", "bandwidth_class")) if unread else {}
+    asked.update({pk: order.bandwidth_class for pk, order in loaded.items() if order})
+    return {lease.reference: asked.get(lease.pk, qos.STANDARD) for lease in leases}
 
 
 def allocations_in_force():

@@ -629,7 +629,8 @@ def unbind_lease(*, node: Node, lease_ref: str) -> None:
 @transaction.atomic
 def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
                        launches: dict[str, dict | None] | None = None,
-                       parts: dict[str, dict[int, list[dict]]] | None = None) -> list[str]:
+                       parts: dict[str, dict[int, list[dict]]] | None = None,
+                       classes: dict[str, str] | None = None) -> list[str]:
     """What every node serves of some leases, at once (after the scheduler placed or moved
     them): lease ref → node id → GPU indexes. The nodes named serve those GPUs; every other node
     serving one of these leases is told to stop. Unchanged bindings are left alone (their node
@@ -641,7 +642,11 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
     Returns the refs of the leases restarted so.
 
     `parts` (lease ref → node id → [part]) says which parts of the GPUs a lease of parts holds
-    on each node, as the agent enforces them (docs/workloads.md, "Parts of GPUs")."""
+    on each node, as the agent enforces them (docs/workloads.md, "Parts of GPUs").
+
+    `classes` (lease ref → bandwidth class, from its order: the pool knows no orders) goes to
+    the lease's partitions, whose P_Key OpenSM then maps to that class's SL; a lease not named
+    keeps its class (docs/fabric.md, "Bandwidth classes")."""
     wanted = {ref: {node: sorted(ix) for node, ix in nodes.items()}
               for ref, nodes in wanted.items()}
     launches = launches or {}
@@ -687,7 +692,7 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
     # each lease on several nodes has its own InfiniBand partition of exactly those nodes
     # (and its traffic accounts follow its hosts: its delivered bandwidth, docs/fabric.md)
     hosts_now = {ref: [host_of[node] for node in nodes] for ref, nodes in wanted.items()}
-    fabric_services.sync_partitions(hosts_by_holder=hosts_now)
+    fabric_services.sync_partitions(hosts_by_holder=hosts_now, classes=classes)
     fabric_services.track_lease_hosts(hosts_by_holder=hosts_now)
     workloads.wake_nodes([node for (ref, node) in existing] +
                          [node for nodes in wanted.values() for node in nodes])

@@ -85,7 +85,8 @@ def place_lease(*, lease_id: int, final: bool = True) -> Lease:
                 # binding gives a lease on several nodes its partition (a P_Key of the fabric)
                 pool.set_lease_bindings(wanted={placed.reference: indexes},
                                         launches={placed.reference: launch_of(placed)},
-                                        parts={placed.reference: node_parts})
+                                        parts={placed.reference: node_parts},
+                                        classes=leasing.bandwidth_classes_of([placed]))
                 return placed
         except fabric.PartitionsExhausted as exc:
             if not final:

@@ -6,6 +6,7 @@ from django.utils.text import slugify
 
 from billing.core.money import BadAmount, parse_dollars
 from fabric.api import MAX_UPLOAD_BYTES
+from fabric.core import qos
 from ibex.accounts.models import ApiKey, Organization
 from market.models import Lease, Order
 from pool.models import GpuModel, PriorityClass
@@ -129,6 +130,14 @@ class OrderForm(forms.Form):
     gpu_share = forms.IntegerField(
         required=False, min_value=1, max_value=999, label="Shares of (thousandths of a GPU)",
         help_text="e.g. 250: then GPUs counts shares, and the limit is per share-hour")
+    bandwidth_class = forms.ChoiceField(
+        choices=[(qos.GUARANTEED, "guaranteed: Gb/s per GPU reserved on its links"),
+                 (qos.STANDARD, "standard: shares the links"),
+                 (qos.SCAVENGER, "scavenger: what is left, last")],
+        initial=qos.STANDARD, required=False, label="Bandwidth class")
+    gbps_per_gpu = forms.DecimalField(
+        required=False, min_value=0, max_digits=7, decimal_places=1,
+        label="Guaranteed Gb/s per GPU", help_text="guaranteed class only, e.g. 50")
 
     def __init__(self, data=None, *args, **kwargs):
         super().__init__(data, *args, **kwargs)
@@ -163,6 +172,12 @@ class OrderForm(forms.Form):
         earliest, latest = data.get("start_earliest"), data.get("start_latest")
         if earliest and latest and latest < earliest:
             self.add_error("start_latest", "The window ends before it starts.")
+        gbps = data.get("gbps_per_gpu")
+        if data.get("bandwidth_class") == qos.GUARANTEED and "gbps_per_gpu" not in self.errors \
+                and not gbps:
+            self.add_error("gbps_per_gpu", "The guaranteed class needs Gb/s per GPU above 0.")
+        elif data.get("bandwidth_class") not in (None, qos.GUARANTEED) and gbps is not None:
+            self.add_error("gbps_per_gpu", "Only the guaranteed class takes Gb/s per GPU.")
         return data
 
     def add_order_error(self, field: str | None, message: str) -> None:
@@ -204,7 +219,8 @@ class OrderForm(forms.Form):
 ORDER_FIELDS = {"gpu_models": "gpu_model", "gpus": "gpus", "hours": "hours",
                 "mig_profile": "mig_profile", "gpu_share": "gpu_share", "pool": None,
                 "max_price_per_gpu_hour": "max_price", "topology": "level",
-                "start_window": "start_earliest", "fill": "fill", "tier": "tier"}
+                "start_window": "start_earliest", "fill": "fill", "tier": "tier",
+                "bandwidth.class": "bandwidth_class", "bandwidth.gbps_per_gpu": "gbps_per_gpu"}
 # ... and an alternative's (alternatives.N.FIELD) → the field of its row
 ALTERNATIVE_FIELDS = {"gpu_models": "gpu_models", "gpus": "gpus", "hours": "hours",
                       "max_price_per_gpu_hour": "max_price", "topology": "within"}

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.services import balances_of
+from fabric.core import qos
 from fabric.core.locality import Locality
 from ibex import ratelimit
 from ibex.accounts import services as accounts
@@ -84,7 +85,9 @@ def _place(request, form: OrderForm):
         tier=data["tier"], start_earliest=data.get("start_earliest"),
         start_latest=data.get("start_latest"), fill=data["fill"],
         idempotency_key=data.get("idempotency_key") or "", allow_moves=data["allow_moves"],
-        mig_profile=data.get("mig_profile") or "", gpu_share=data.get("gpu_share"))
+        mig_profile=data.get("mig_profile") or "", gpu_share=data.get("gpu_share"),
+        bandwidth_class=data.get("bandwidth_class") or qos.STANDARD,
+        gbps_per_gpu=data.get("gbps_per_gpu"))
     if alternatives := form.filled_alternatives():
         request_ = orders.over_alternatives(alternatives=[row.shape() for row in alternatives],
                                             **common)

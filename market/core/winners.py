@@ -379,6 +379,12 @@ def _markets(levels, bids, options, nodes_by_market, sales, welfare, bound, opti
     for option in options:  # a refused bid is listed in the market of its first option
         home.setdefault(option.order, option.market)
     slack = bound - welfare
+    options_of_order: dict[int, list[Option]] = {}
+    for option in options:
+        options_of_order.setdefault(option.order, []).append(option)
+    lowest_reserve = {market: min((p for node in nodes for p in node.reserve_micros),
+                                  default=None)
+                      for market, nodes in nodes_by_market.items()}
     markets = []
     for model in nodes_by_market:
         market_sales = [sale for sale in sales if options[sale.option].market == model]
@@ -401,7 +407,7 @@ def _markets(levels, bids, options, nodes_by_market, sales, welfare, bound, opti
             accepted.append(Winner(bids[option.order], option.alternative, option.shape,
                                    dict(sale.assignment), dict(sale.reserves_micros),
                                    min(price, option.shape.limit_micros)))
-        refused = [Loser(bids[i], _why_refused(i, options, nodes_by_market))
+        refused = [Loser(bids[i], _why_refused(options_of_order.get(i, []), lowest_reserve))
                    for i in refused_orders]
         market_welfare = dollars(sum((_surplus(options[s.option].shape, s.reserves_micros)
                                       for s in market_sales), Decimal(0)))
@@ -412,15 +418,12 @@ def _markets(levels, bids, options, nodes_by_market, sales, welfare, bound, opti
     return tuple(markets)
 
 
-def _why_refused(order: int, options: Sequence[Option],
-                 nodes_by_market: Mapping[str, Sequence[NodeOffer]]) -> str:
-    """A refused bid's reason: below every reserve it could take, or outbid."""
+def _why_refused(mine: Sequence[Option], lowest_reserve: Mapping[str, int | None]) -> str:
+    """A refused bid's reason (from its options): below every reserve it could take, or
+    outbid."""
     below = []
-    for option in options:
-        if option.order != order:
-            continue
-        lowest = min((p for node in nodes_by_market[option.market] for p in node.reserve_micros),
-                     default=None)
+    for option in mine:
+        lowest = lowest_reserve[option.market]
         if lowest is None or option.shape.limit_micros >= lowest:
             return ("outbid: the welfare-maximising clearing gave the GPUs it could use to "
                     "bids worth more")

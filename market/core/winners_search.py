@@ -197,6 +197,17 @@ class MarketStock:
         finally:
             self.prices = saved
 
+    def sorted_prices(self, level: str | None,
+                      runtimes: frozenset[str] | None) -> list[list[int]]:
+        """The unsold reserves of each domain of `level`, sorted, on nodes that can run
+        `runtimes`."""
+        result = []
+        for domain in self._domain_keys(level):
+            names = self._eligible(self._members(level, domain), runtimes)
+            result.append(sorted(price for name in names
+                                 for price in self.next_prices(name, self.available(name))))
+        return result
+
     def fits(self, key: ShapeKey, limit: int) -> bool:
         """Exactly whether the shape fits in some domain using GPUs at or below `limit`
         (slow: every domain is looked at; nothing is cached)."""
@@ -371,9 +382,20 @@ def lowest_fitting_limits(levels: Sequence[str], nodes_by_market: Mapping[str, S
     for i, option in enumerate(options):
         families.setdefault((option.market, shape_key(option.shape, levels)), []).append(i)
     lowest: list[int | None] = [None] * len(options)
+    prices_in: dict[tuple, list[list[int]]] = {}
     for (market, key), members in families.items():
         limits = sorted({options[i].shape.limit_micros for i in members})
         stock = stocks[market]
+        if key.slice_size == 1:  # fits at a limit iff some domain has `gpus` GPUs at or below it
+            where = (market, key.level, key.runtimes)
+            if where not in prices_in:
+                prices_in[where] = stock.sorted_prices(key.level, key.runtimes)
+            least = min((prices[key.gpus - 1] for prices in prices_in[where]
+                         if len(prices) >= key.gpus), default=None)
+            at = len(limits) if least is None else bisect.bisect_left(limits, least)
+            for i in members:
+                lowest[i] = limits[at] if at < len(limits) else None
+            continue
         low, high = 0, len(limits)
         while low < high:
             middle = (low + high) // 2

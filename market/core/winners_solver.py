@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from billing.core.money import MICROS_PER_DOLLAR
 from market.core.clearing import NodeOffer, domain_key
+from market.core.winners_domains import WholeDomains
 from market.core.winners_search import Option, Sale
 
 
@@ -270,6 +271,9 @@ def _group(nodes: Sequence[NodeOffer], levels: Sequence[str], level: str) -> dic
 
 
 GRID = 50_000  # tiers pool reserves rounded down to 5 cents (a valid relaxation)
+WHOLE_SHARE = 0.2  # the share of the bound's time spent pricing leaf and spine bids whole
+WHOLE_AFTER_STEPS = 20  # pooled steps before it starts
+WHOLE_STEP_COST = 60  # the time left it needs, in pooled steps (a few of its own)
 
 
 def node_need(option: Option, levels: Sequence[str]) -> int:
@@ -406,6 +410,13 @@ class _CheapestTier:
         return np.maximum(tier, 0), reduced[rows, column]
 
 
+def _room_for_whole(steps: int, step_seconds: float, left: float) -> bool:
+    """Whether to start pricing bids whole: after some pooled steps (they set the prices it
+    starts from), and with time for a few of its steps, each some 20 pooled ones at full
+    scale."""
+    return steps > WHOLE_AFTER_STEPS and left > WHOLE_STEP_COST * step_seconds
+
+
 def lagrangian_bound(
     levels: Sequence[str],
     nodes_by_market: Mapping[str, Sequence[NodeOffer]],
@@ -413,11 +424,15 @@ def lagrangian_bound(
     usable: Sequence[bool],
     deadline: float,
     incumbent: float,
+    whole_share: float = WHOLE_SHARE,
 ) -> tuple[float, dict[str, Shadow], dict[int, float], dict[int, float]]:
     """An upper bound (dollars) on the welfare of any feasible clearing, each market's tier
     shadow prices, each option's row price (dollars per bid) and its gain under the best
     multipliers (its value beyond them; positive: the relaxation would take it). `usable[i]`
-    false: option i fits nowhere alone, so it is left out (a valid restriction)."""
+    false: option i fits nowhere alone, so it is left out (a valid restriction).
+    `whole_share`: the share of the time left for the second phase, in which the bids of a
+    leaf or spine are priced placed whole in one domain (`winners_domains`); it starts
+    sooner when the pooled prices have converged."""
     import numpy as np
 
     tier_index: dict[tuple[str, int, int], int] = {}
@@ -459,13 +474,28 @@ def lagrangian_bound(
     mu = np.zeros(len(rows))
     best = (np.inf, pi.copy(), mu.copy())
     step_scale, stale = 1.0, 0
+    whole = None  # the second phase: bids of a leaf or spine priced placed whole
+    whole_from = deadline - whole_share * max(0.0, deadline - time.perf_counter())
+    step_started, steps = time.perf_counter(), 0
     while True:
+        step_seconds, step_started = time.perf_counter() - step_started, time.perf_counter()
+        steps += 1
+        if (whole is None and whole_share > 0 and whole_from < step_started
+                and _room_for_whole(steps, step_seconds, deadline - step_started)):
+            whole = WholeDomains(levels, nodes_by_market, options, chosen, tier_index, GRID,
+                                 need, hours, limit, gpus)
+            if not whole.families:
+                break
+            bound, pi, mu = best
+            step_scale, stale = 1.0, 0
         penalty = np.zeros(len(chosen))
         for (members, per_gpu, _), price in zip(rows, mu, strict=True):
             if price:
                 penalty[members] += price * gpus[members] if per_gpu else price
         tier, per_gpu_gain = cheapest.best(pi)
         gain = np.where(per_gpu_gain > _NOWHERE, gpus * per_gpu_gain - penalty, 0.0)
+        if whole is not None:
+            gain, (whole_rows, whole_tiers, whole_gpus) = whole.gains(pi, gain, penalty)
         sorted_gain = gain[by_order]
         order_best = np.maximum.reduceat(sorted_gain, starts)
         bound = float(cap @ pi + row_limit @ mu + np.maximum(order_best, 0.0).sum())
@@ -475,8 +505,15 @@ def lagrangian_bound(
             stale += 1
             if stale > 20:
                 step_scale, stale = step_scale / 2, 0
-        if time.perf_counter() > deadline or bound <= incumbent * 1.0001 or step_scale < 1e-4:
+        # stop when a step like the last would end past the deadline
+        if time.perf_counter() + step_seconds > deadline or bound <= incumbent * 1.0001:
             break
+        if step_scale < 1e-4:
+            if whole is not None or whole_share <= 0 or not _room_for_whole(
+                    steps, step_seconds, deadline - time.perf_counter()):
+                break
+            whole_from = 0.0  # the pooled prices have converged: price whole at once
+            continue
         # the winning option of each order (its first maximum), if its gain is positive
         winner = np.zeros(len(chosen), dtype=bool)
         repeated = np.repeat(order_best, np.diff(np.r_[starts, len(chosen)]))
@@ -487,7 +524,14 @@ def lagrangian_bound(
             _, keep = np.unique(owner, return_index=True)
             winner[by_order[first[keep]]] = True
         slack = cap.copy()
-        np.subtract.at(slack, tier[winner], gpus[winner])
+        if whole is None:
+            np.subtract.at(slack, tier[winner], gpus[winner])
+        else:  # a bid priced whole takes its placement's tiers, the rest their best tier
+            pooled = winner.copy()
+            pooled[whole_rows] = False
+            np.subtract.at(slack, tier[pooled], gpus[pooled])
+            taken = winner[whole_rows]
+            np.subtract.at(slack, whole_tiers[taken], whole_gpus[taken])
         row_slack = np.array([limit_ - (gpus[members][winner[members]].sum() if per_gpu
                                         else winner[members].sum())
                               for members, per_gpu, limit_ in rows])

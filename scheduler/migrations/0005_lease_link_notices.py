@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fabric', '0007_link_faults_traffic_accounts_error_threshold'),
+        ('fabric', '0008_link_faults_traffic_accounts_error_threshold'),
         ('market', '0013_order_bandwidth_class'),
         ('scheduler', '0004_sla_credits_point_to_billing'),
     ]

@@ -120,7 +120,8 @@ def rebind(lease: Lease) -> None:
     wanted, node_parts = parts.bindings_of(Allocation.objects.filter(lease=lease,
                                                                      period__contains=now))
     restarted = pool.set_lease_bindings(wanted={lease.reference: wanted},
-                                        parts={lease.reference: node_parts})
+                                        parts={lease.reference: node_parts},
+                                        classes=leasing.bandwidth_classes_of([lease]))
     leasing.record_workload_restarts(lease_refs=restarted)
 
 

@@ -110,7 +110,8 @@ def _move(planned: list, index: FreeIndex, outcome: dict[int, str]) -> list:
             leasing.move_many(moves=[m for m, _, _ in planned])
             restarted = pool.set_lease_bindings(wanted={
                 m.lease.reference: _bindings_after(h, set(m.away_from), chosen)
-                for m, h, chosen in planned})
+                for m, h, chosen in planned},
+                classes=leasing.bandwidth_classes_of(m.lease for m, _, _ in planned))
             leasing.record_workload_restarts(lease_refs=restarted)
         outcome.update({m.lease.pk: "moved" for m, _, _ in planned})
     except leasing.GpusUnavailable:

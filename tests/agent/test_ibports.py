@@ -1,4 +1,11 @@
-from agent.ibports import IbPort, parse_rate, parse_state, ports_payload, read_ib_ports
+from agent.ibports import (
+    IbPort,
+    parse_rate,
+    parse_state,
+    pkey_index,
+    ports_payload,
+    read_ib_ports,
+)
 
 
 def make_port(root, hca: str, port: int, state: str, rate: str | None, link_layer: str = "InfiniBand"):
@@ -42,3 +49,18 @@ def test_reads_a_sysfs_tree(tmp_path):
 
 def test_no_sysfs_tree_means_no_ports(tmp_path):
     assert read_ib_ports(tmp_path / "absent") == []
+
+
+def test_a_ports_pkey_table_is_read_by_index(tmp_path):
+    make_port(tmp_path, "mlx5_0", 1, "4: ACTIVE", "400 Gb/sec (4X NDR)")
+    table = tmp_path / "mlx5_0" / "ports" / "1" / "pkeys"
+    table.mkdir()
+    for index, value in enumerate(["0xffff", "0x9001", "0x0000", "0x1002"]):
+        (table / str(index)).write_text(value + "\n")
+
+    (port,) = read_ib_ports(tmp_path)
+
+    assert port.pkeys == (0xFFFF, 0x9001, 0x0000, 0x1002)
+    assert pkey_index([port], 0x1001) == 1  # full member
+    assert pkey_index([port], 0x1002) == 3  # limited member
+    assert pkey_index([port], 0x1003) is None

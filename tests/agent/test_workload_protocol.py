@@ -155,3 +155,29 @@ def test_the_workload_sees_its_leases_pkey_and_the_tenant_cannot_name_another():
 def test_a_launch_with_a_malformed_pkey_is_refused():
     with pytest.raises(ValueError):
         parse_launch({**LAUNCH, "ib_pkey": "0x1a2b; rm -rf /"})
+
+
+def rails_with_pkeys(tables: list[tuple[int, ...]]) -> list[IbPort]:
+    return [IbPort(f"mlx5_{i}", 1, "active", 400, pkeys=table) for i, table in enumerate(tables)]
+
+
+def test_nccl_is_given_the_index_of_the_leases_pkey_in_its_rails_tables():
+    launch = parse_launch({**LAUNCH, "ib_pkey": "0x1a2b", "env": {"NCCL_IB_PKEY": "0"}})
+    # GPUs 2 and 3 of 4 sit on rails 2 and 3, where OpenSM put 0x9a2b (full member) at index 1
+    tables = [(0xFFFF,), (0xFFFF,), (0xFFFF, 0x9A2B), (0xFFFF, 0x9A2B)]
+
+    env = launch_env("42", launch, [2, 3], rails_with_pkeys(tables), 4, "ibex-l42", "/h",
+                     "10.0.0.6", 29500)
+
+    assert env["NCCL_IB_PKEY"] == "1"
+    assert env["NCCL_IB_HCA"] == "=mlx5_2:1,mlx5_3:1"
+
+
+def test_no_nccl_pkey_before_opensm_put_the_partition_on_every_rail_of_the_lease():
+    launch = parse_launch({**LAUNCH, "ib_pkey": "0x1a2b", "env": {"NCCL_IB_PKEY": "3"}})
+    tables = [(0xFFFF, 0x9A2B), (0xFFFF,)]  # rail 1 not yet programmed
+
+    env = launch_env("42", launch, [0, 1], rails_with_pkeys(tables), 2, "ibex-l42", "/h",
+                     "10.0.0.6", 29500)
+
+    assert "NCCL_IB_PKEY" not in env  # nor the tenant's own guess

@@ -81,3 +81,19 @@ def test_parts_of_gpus_cannot_be_guaranteed(client):
     response = client.post("/api/v1/orders/", body, format="json")
     assert response.status_code == 400
     assert "bandwidth.class" in response.json()["error"]["fields"]
+
+
+def test_the_lease_of_an_order_shows_its_class(client):
+    response = client.post("/api/v1/orders/", order(tier="on_demand", fill="fill_or_kill",
+                                                    bandwidth={"class": "scavenger"}),
+                           format="json")
+    assert response.json()["state"] == "filled", response.json()
+    lease = client.get(f"/api/v1/leases/{response.json()['lease']}/").json()
+    assert lease["bandwidth"] == {"class": "scavenger", "gbps_per_gpu": None}
+
+
+def test_a_quote_refuses_an_unknown_class_like_an_order(client):
+    response = client.post("/api/v1/quote/", order(tier="on_demand", fill="fill_or_kill",
+                                                    bandwidth={"class": "gold"}), format="json")
+    assert response.status_code == 400
+    assert "bandwidth.class" in response.json()["error"]["fields"]

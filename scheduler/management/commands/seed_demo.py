@@ -38,6 +38,10 @@ PROVIDERS = [
     ("uni-hpc", "uni-h100", "H100-80GB", "uni-[01-32]",
      {"nodes": 32, "radix": 8, "tiers": 2, "prefix": "uni-", "rate_gbps": 400}, None),
 ]
+# the provider whose fabric `make demo` runs live, under ibsim and OpenSM with the fabric agent
+# (`manage.py fabric_sim`): 64 hosts and 48 switches, well inside ibsim's 2,048 nodes and 256
+# switches
+LIVE_FABRIC_PROVIDER = "hpc-one"
 # providers that also sell MIG slices and shares of their GPUs (docs/parts.md)
 SELLS_PARTS = {"campus-gpus"}
 TENANTS = ["acme-ai", "beta-labs", "gamma-uni", "uni-physics", "uni-biology"]
@@ -102,7 +106,7 @@ class Command(BaseCommand):
                                                    actor="demo seed", reason="demonstration")
                 entry = self._credentials(credentials, org, "provider")
                 entry.update({"fabric": fabric_name, "gpu_model": model, "hosts": hosts,
-                              "price_micros": price})
+                              "price_micros": price, "live_fabric": slug == LIVE_FABRIC_PROVIDER})
             for slug in TENANTS + SIMULATED_TENANTS:
                 tenant = self._org(slug, "tenant")
                 entry = self._credentials(credentials, tenant, "tenant")

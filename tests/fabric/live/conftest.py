@@ -9,7 +9,7 @@ import pytest
 
 from fabric.core.generators import fat_tree
 from fabric.core.netfile import ibsim_netfile
-from tests.fabric.live.simulated_fabric import PACKAGES, SimulatedFabric, missing_programs
+from fabric.live_sim import PACKAGES, SimulatedFabric, missing_programs
 
 # 4 leaves of 4 hosts under 4 spines: 16 hosts, 8 switches, 32 cables. EDR is the fastest
 # speed ibsim simulates, so the spec says 100 Gb/s and the live rates agree with it.

@@ -15,6 +15,7 @@ from fabric import services as fabric_services
 from fabric.core import admission
 from fabric.core.generators import fat_tree
 from fabric.core.netfile import ibsim_netfile
+from fabric.live_sim import PACKAGES, SimulatedFabric, missing_programs
 from fabric.models import Fabric, Link
 from fabric.selectors import route_map
 from ibex.accounts import services as accounts
@@ -24,7 +25,6 @@ from market.models import Allocation, Lease, LeaseEvent, Order
 from pool import services as pool
 from pool.models import Binding, Node
 from scheduler import placing, tasks
-from tests.fabric.live.simulated_fabric import PACKAGES, SimulatedFabric, missing_programs
 from tests.factories import client_for, make_org, report_every_gpu
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,6 +18,7 @@ from market.core.winners import (
 )
 
 LEVELS = ("spine", "leaf", "node")
+EXACT_S = 120  # the reference optimum's time limit: ample even on a machine shared by many
 H100, H200 = "H100", "H200"
 
 
@@ -289,7 +290,7 @@ def test_the_clearing_is_feasible_and_its_bound_holds_on_random_books():
         nodes, bids = random_book(rng, nodes=rng.randint(4, 12), bids=rng.randint(4, 14))
         clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=60, price_to_win=False)
         assert_feasible(clearing, nodes)
-        exact = solve_exact(LEVELS, nodes, bids)
+        exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
         assert exact.optimal
         assert clearing.welfare_bound >= exact.welfare
         assert clearing.welfare == exact.welfare  # small books are solved to optimality
@@ -306,7 +307,7 @@ def test_big_books_are_cleared_by_decomposition_with_a_valid_bound(monkeypatch):
         nodes, bids = random_book(rng, nodes=10, bids=12)
         clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=2.0)
         assert_feasible(clearing, nodes)
-        exact = solve_exact(LEVELS, nodes, bids)
+        exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
         assert clearing.welfare <= exact.welfare <= clearing.welfare_bound
         assert not clearing.optimal
         assert Decimal(0) <= clearing.gap < 1
@@ -319,7 +320,8 @@ def test_a_budget_cut_short_reports_not_optimal_with_a_valid_bound():
     nodes, bids = random_book(rng, nodes=24, bids=30)
     clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=0.05, price_to_win=False)
     assert_feasible(clearing, nodes)
-    exact = solve_exact(LEVELS, nodes, bids)
+    exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
+    assert exact.optimal
     assert clearing.welfare <= exact.welfare <= clearing.welfare_bound
     if not clearing.optimal:
         assert clearing.welfare_bound >= clearing.welfare
@@ -412,7 +414,9 @@ def test_a_domain_holds_the_largest_sum_of_bid_sizes_within_its_free_gpus():
     assert most_packed(15, [16]) == 0
 
 
-def test_the_lagrangian_bound_holds_the_proven_optimum_on_random_books():
+@pytest.mark.parametrize("whole_share", [0.0, 0.5, 1.0])
+def test_the_lagrangian_bound_holds_the_proven_optimum_on_random_books(whole_share):
+    # 0: tiers pooled only; 1: leaf and spine bids priced whole from the first step
     import time
 
     from market.core.winners import _fits_alone, options_of
@@ -425,7 +429,57 @@ def test_the_lagrangian_bound_holds_the_proven_optimum_on_random_books():
         options = options_of(bids, [H100])
         bound = lagrangian_bound(LEVELS, by_market, options,
                                  _fits_alone(LEVELS, by_market, options),
-                                 time.perf_counter() + 0.5, incumbent=0.0)[0]
-        exact = solve_exact(LEVELS, nodes, bids)
+                                 time.perf_counter() + 0.5, incumbent=0.0,
+                                 whole_share=whole_share)[0]
+        exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
         assert exact.optimal
         assert bound * (1 + 1e-9) + 1e-6 >= float(exact.welfare)
+
+
+# --- leaf and spine bids priced whole -------------------------------------------------------
+
+
+def two_leaves_of_cheap_and_dear_gpus():
+    # each leaf: a node of two $1.00 GPUs and a node of two $3.00 GPUs
+    return [offer("s1/l1/a1", "1.00", "1.00"), offer("s1/l1/a2", "3.00", "3.00"),
+            offer("s1/l2/b1", "1.00", "1.00"), offer("s1/l2/b2", "3.00", "3.00")]
+
+
+def test_a_leaf_bid_is_priced_by_its_best_whole_leaf_not_the_cheapest_gpus_anywhere():
+    import numpy as np
+
+    from market.core.winners_domains import domain_groups, whole_gains
+    from market.core.winners_solver import GRID
+
+    nodes = two_leaves_of_cheap_and_dear_gpus()
+    tiers = {(micros("1.00"), 2): 0, (micros("3.00"), 2): 1}
+    groups = domain_groups(LEVELS, nodes, "leaf", tiers, GRID)
+    pi = np.array([5.0, 0.0])  # a $5 shadow price on each cheap GPU
+    gain, (bids, tier, gpus) = whole_gains(groups, pi, np.array([10.0]),
+                                           np.array([float(micros("4.00"))]),
+                                           np.array([4.0]), np.array([1]))
+    # one leaf: 10 h x ($3 + $3 on the cheap GPUs, $1 + $1 on the dear) - 2 x $5 = $70; the
+    # pooled relaxation would give it four cheap GPUs: 4 x ($30 - $5) = $100
+    assert gain[0] == pytest.approx(70.0)
+    assert sorted(zip(tier.tolist(), gpus.tolist(), strict=True)) == [(0, 2.0), (1, 2.0)]
+
+
+def test_pricing_leaf_bids_whole_lowers_the_bound_and_it_still_holds_the_optimum():
+    import time
+
+    from market.core.winners import _fits_alone, options_of
+    from market.core.winners_solver import lagrangian_bound
+
+    nodes = two_leaves_of_cheap_and_dear_gpus()
+    bids = [bid("leaf", 4, "4.00", hours=10, required="leaf"), bid("any", 2, "3.50")]
+    by_market = {H100: nodes}
+    options = options_of(bids, [H100])
+    usable = _fits_alone(LEVELS, by_market, options)
+
+    def bound(whole_share):
+        return lagrangian_bound(LEVELS, by_market, options, usable, time.perf_counter() + 0.5,
+                                incumbent=0.0, whole_share=whole_share)[0]
+
+    exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
+    assert exact.welfare == Decimal("85.00")  # the leaf bid in one leaf, the other's $1 pair
+    assert float(exact.welfare) <= bound(0.5) < bound(0.0) - 10

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fabric', '0006_fabric_guarantee_ratio'),
+        ('fabric', '0007_fabric_guarantee_ratio'),
     ]
 
     operations = [

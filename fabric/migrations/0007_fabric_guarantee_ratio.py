@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0003_history_shares_state_change_fields'),
-        ('fabric', '0005_fabric_routes'),
+        ('fabric', '0006_fabric_routes'),
     ]
 
     operations = [

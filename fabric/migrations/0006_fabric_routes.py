@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fabric', '0004_partitions'),
+        ('fabric', '0005_bandwidth_classes_qos'),
     ]
 
     operations = [

@@ -1,0 +1,154 @@
+"""Integer reasoning in the Lagrangian bound: each bid of a required domain level placed whole.
+
+Pure numpy, no Django. The relaxation in `winners_solver.lagrangian_bound` lets a bid take its
+GPUs from the cheapest-priced tier anywhere in its market; a bid that must sit in one leaf or
+one spine cannot: it takes `gpus` GPUs of one domain, each GPU at most once. Under the same
+multipliers (tier prices `pi`), its best such placement is
+
+    max over domains D of its level: the sum of the `gpus` largest
+        hours x (limit - reserve) - pi[tier of the GPU]
+    over D's GPUs at or below its limit on nodes with at least its node need free,
+
+which is at most the pooled answer (each GPU's term is at most the best tier's) and at least
+the true value of any placement the bid can have less the prices of the GPUs it takes
+(slices and runtimes only narrow the placements further). Keeping a bid's own placement
+constraints in the Lagrangian subproblem keeps the bound valid for any non-negative
+multipliers: the bound with these gains is still an upper bound on every feasible clearing.
+
+GPUs of one domain with the same reserve on nodes of the same free count are one group (one
+tier, one value for every bid), so a bid is weighed against domains x groups, not GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from billing.core.money import MICROS_PER_DOLLAR
+from market.core.clearing import NodeOffer, domain_key
+
+
+@dataclass
+class DomainGroups:
+    """The GPUs of every domain of one level of one market, in groups padded to one width:
+    `price[d, k]` the reserve, `tier[d, k]` the bound's tier, `node_class[d, k]` the free GPUs
+    of the group's nodes, `count[d, k]` how many GPUs (0 for padding)."""
+
+    price: object
+    tier: object
+    node_class: object
+    count: object
+
+
+def domain_groups(levels: Sequence[str], nodes: Sequence[NodeOffer], level: str,
+                  tier_of: Mapping[tuple[int, int], int], grid: int) -> DomainGroups:
+    """`tier_of[(reserve rounded down to grid, node free GPUs)]` -> the bound's tier index."""
+    import numpy as np
+
+    groups: dict[tuple, dict[tuple[int, int], int]] = {}
+    for node in nodes:
+        mine = groups.setdefault(domain_key(node, levels, level), {})
+        for price in node.reserve_micros:
+            key = (price, node.free_gpus)
+            mine[key] = mine.get(key, 0) + 1
+    width = max((len(mine) for mine in groups.values()), default=0)
+    shape = (len(groups), max(width, 1))
+    price = np.zeros(shape)
+    tier = np.zeros(shape, dtype=np.int64)
+    node_class = np.zeros(shape, dtype=np.int64)
+    count = np.zeros(shape)
+    for d, mine in enumerate(groups.values()):
+        for k, ((reserve, free), gpus) in enumerate(sorted(mine.items())):
+            price[d, k], node_class[d, k], count[d, k] = reserve, free, gpus
+            tier[d, k] = tier_of[(reserve // grid * grid, free)]
+    return DomainGroups(price, tier, node_class, count)
+
+
+def whole_gains(groups: DomainGroups, pi, hours, limit, gpus, need):
+    """Per bid (arrays over bids): the best placement's value beyond the tier prices, in
+    dollars (-inf where no domain holds it), and what it takes as (bid, tier, GPUs) arrays.
+
+    A group's value to a bid is hours x (limit - reserve) - pi: its order within a domain
+    depends on the bid's hours only (cost = hours x reserve + pi), so the groups are sorted
+    once per distinct hours and each bid takes the cheapest open GPUs of each domain."""
+    import numpy as np
+
+    best = np.full(len(hours), -np.inf)
+    parts: list[tuple] = []
+    tier_price = pi[groups.tier]
+    total = groups.count.sum(axis=1)
+    for h in np.unique(hours):
+        bids = np.flatnonzero(hours == h)
+        domains = np.flatnonzero(total >= gpus[bids].min())  # the others hold none of them
+        if not len(domains):
+            continue
+        cost = h * groups.price[domains] / MICROS_PER_DOLLAR + tier_price[domains]
+        cost = np.where(groups.count[domains] > 0, cost, np.inf)
+        order = np.argsort(cost, axis=1)
+        cost = np.take_along_axis(cost, order, axis=1)
+        count = np.take_along_axis(groups.count[domains], order, axis=1)
+        price = np.take_along_axis(groups.price[domains], order, axis=1)
+        node_class = np.take_along_axis(groups.node_class[domains], order, axis=1)
+        tier = np.take_along_axis(groups.tier[domains], order, axis=1)
+        open_ = ((price[None] <= limit[bids, None, None])
+                 & (node_class[None] >= need[bids, None, None]))
+        usable = np.where(open_, count[None], 0.0)
+        before = np.cumsum(usable, axis=2) - usable
+        take = np.clip(gpus[bids, None, None] - before, 0.0, usable)
+        worth = h * limit[bids, None] / MICROS_PER_DOLLAR  # per GPU, before its cost
+        gain = (take * np.where(take > 0, worth[:, :, None] - cost[None], 0.0)).sum(axis=2)
+        gain = np.where(usable.sum(axis=2) >= gpus[bids, None], gain, -np.inf)
+        domain = np.argmax(gain, axis=1)
+        best[bids] = gain[np.arange(len(bids)), domain]
+        taken = take[np.arange(len(bids)), domain]  # bids x groups
+        bid, group = np.nonzero(taken)
+        parts.append((bids[bid], tier[domain[bid], group], taken[bid, group]))
+    if not parts:
+        return best, (np.zeros(0, dtype=np.int64),) * 2 + (np.zeros(0),)
+    return best, tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+
+
+class WholeDomains:
+    """The bids of the relaxation that must sit in one domain of a level between the market
+    and the node, with their domains' groups, to price each placed whole (`whole_gains`)."""
+
+    def __init__(self, levels: Sequence[str], nodes_by_market: Mapping[str, Sequence[NodeOffer]],
+                 options, chosen: Sequence[int], tier_index: Mapping[tuple, int], grid: int,
+                 need, hours, limit, gpus) -> None:
+        import numpy as np
+
+        self.families: list[tuple[DomainGroups, object]] = []  # (groups, rows of chosen)
+        rows_of: dict[tuple[str, str], list[int]] = {}
+        for row, i in enumerate(chosen):
+            required = options[i].shape.topology.required
+            if required is not None and required != levels[-1]:
+                rows_of.setdefault((options[i].market, required), []).append(row)
+        for (market, level), rows in rows_of.items():
+            tier_of = {(price, free): tier for (m, price, free), tier in tier_index.items()
+                       if m == market}
+            groups = domain_groups(levels, nodes_by_market[market], level, tier_of, grid)
+            self.families.append((groups, np.array(rows)))
+        self.need, self.hours, self.limit, self.gpus = need, hours, limit, gpus
+
+    def gains(self, pi, gain, penalty):
+        """`gain` with each bid of a domain whose pooled gain is positive priced whole (a
+        bid at or below zero stays: whole it would gain no more); and for those bids, the
+        GPUs their placement takes per tier, as (rows, tiers, GPUs) arrays."""
+        import numpy as np
+
+        gain = gain.copy()
+        rows_out, tiers_out, gpus_out = [], [], []
+        for groups, rows in self.families:
+            rows = rows[gain[rows] > 0]
+            if not len(rows):
+                continue
+            best, (bid, tiers, taken) = whole_gains(
+                groups, pi, self.hours[rows], self.limit[rows], self.gpus[rows], self.need[rows])
+            gain[rows] = np.where(np.isfinite(best), best - penalty[rows], 0.0)
+            rows_out.append(rows[bid])
+            tiers_out.append(tiers)
+            gpus_out.append(taken)
+        if not rows_out:
+            return gain, (np.zeros(0, dtype=np.int64),) * 2 + (np.zeros(0),)
+        return gain, (np.concatenate(rows_out), np.concatenate(tiers_out),
+                      np.concatenate(gpus_out))
