@@ -124,7 +124,7 @@ def test_each_partition_takes_its_leases_class_and_the_answer_maps_its_pkey_to_t
         provider_client):
     _client, fabric = provider_client
     tenant = tenant_client()
-    guaranteed = lease_of_class(tenant, {"class": "guaranteed", "gbps_per_gpu": 50})
+    guaranteed = lease_of_class(tenant, {"class": "guaranteed", "gbps_per_gpu": 5})
     scavenger = lease_of_class(tenant, {"class": "scavenger"})
 
     answer = agents_answer(fabric)

@@ -135,7 +135,7 @@ def test_the_agent_programs_ibexs_qos_and_a_guaranteed_lease_gets_its_sl_then_ne
         agent, simulated_fabric, market):
     client, _key = market
     conf_before = simulated_fabric.opensm_conf.read_text()
-    guaranteed = lease_of_class(client, {"class": "guaranteed", "gbps_per_gpu": 50})
+    guaranteed = lease_of_class(client, {"class": "guaranteed", "gbps_per_gpu": 5})
     standard = lease_of_class(client, {"class": "standard"})
     pkeys = {lease.pk: int(client.get(f"/api/v1/leases/{lease.pk}/").json()["fabric"]["pkey"], 16)
              for lease in (guaranteed, standard)}
