@@ -324,6 +324,10 @@ class Partition(models.Model):
     pkey = models.PositiveIntegerField(help_text="15 bits, without the full-member bit")
     holder = models.CharField(max_length=64, help_text="the lease reference, e.g. L-12")
     hosts = models.ManyToManyField(Host, related_name="partitions", blank=True)
+    rails = models.JSONField(
+        default=dict, blank=True,
+        help_text="host id → the rails (HCA positions in rail order) its lease's GPUs use there; "
+                  "a host not named: all its HCAs")
     bandwidth_class = models.CharField(
         max_length=12, default=qos.STANDARD,
         choices=[(name, name) for name in qos.CLASSES],

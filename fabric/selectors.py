@@ -9,6 +9,7 @@ from decimal import Decimal
 from django.db.models import Count, Max
 
 from fabric.core import bandwidth
+from fabric.core import partitions as partitions_core
 from fabric.core import qos as qos_core
 from fabric.core.levels import NodeDomains
 from fabric.core.routes import RouteMap, decode_table, derived_route_map
@@ -114,26 +115,36 @@ def pkeys_of(holders: list[str]) -> dict[str, str]:
 
 def live_partitions(fabric: Fabric) -> list[dict]:
     """The fabric's live partitions as the fabric agent writes them: each P_Key with the HCA
-    ports (node GUID and port number, cabled in IBEX's view) of every host of its lease, in
-    P_Key order. The agent turns them into port GUIDs with its own discovery."""
+    ports (node GUID and port number, cabled in IBEX's view) of every host of its lease (of
+    the rails its GPUs use, where the host has several HCAs), in P_Key order. The agent turns
+    them into port GUIDs with its own discovery."""
     partitions = list(Partition.objects.filter(fabric=fabric, released_at__isnull=True)
-                      .order_by("pkey").values_list("pk", "pkey", "holder"))
+                      .order_by("pkey").values_list("pk", "pkey", "holder", "rails"))
     members: dict[int, list[int]] = {}
     for partition_id, host_id in Partition.hosts.through.objects.filter(
-            partition_id__in=[pk for pk, _, _ in partitions]).values_list("partition_id",
-                                                                          "host_id"):
+            partition_id__in=[pk for pk, *_ in partitions]).values_list("partition_id",
+                                                                        "host_id"):
         members.setdefault(partition_id, []).append(host_id)
-    ports: dict[int, list[tuple[str, int]]] = {}
-    for host_id, guid, number in Port.objects.filter(
-            fabric=fabric, hca__isnull=False,
-            hca__host_id__in={h for hosts in members.values() for h in hosts}).values_list(
-            "hca__host_id", "device_guid", "number"):
-        ports.setdefault(host_id, []).append((guid, number))
+    rails = _ports_by_rail(fabric, {h for hosts in members.values() for h in hosts})
     return [{"pkey": f"{pkey:#06x}", "lease": holder,
-             "members": [{"guid": guid, "port": number}
-                         for guid, number in sorted({p for host in members.get(pk, [])
-                                                     for p in ports.get(host, [])})]}
-            for pk, pkey, holder in partitions]
+             "members": [{"guid": guid, "port": number} for guid, number in sorted(
+                 {port for host in members.get(pk, [])
+                  for position, ports in enumerate(rails.get(host, []))
+                  if str(host) not in used or position in used[str(host)]
+                  for port in ports})]}
+            for pk, pkey, holder, used in partitions]
+
+
+def _ports_by_rail(fabric: Fabric, hosts: set[int]) -> dict[int, list[list[tuple[str, int]]]]:
+    """Host id → its HCAs' cabled ports, one list per HCA in rail order."""
+    by_hca: dict[int, dict[tuple, list[tuple[str, int]]]] = {}
+    for host_id, description, hca_guid, guid, number in Port.objects.filter(
+            fabric=fabric, hca__isnull=False, hca__host_id__in=hosts).values_list(
+            "hca__host_id", "hca__description", "hca__guid", "device_guid", "number"):
+        order = partitions_core.rail_order(description, hca_guid)
+        by_hca.setdefault(host_id, {}).setdefault(order, []).append((guid, number))
+    return {host: [ports for _order, ports in sorted(hcas.items())]
+            for host, hcas in by_hca.items()}
 
 
 def qos_answer(fabric: Fabric) -> dict:

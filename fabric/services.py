@@ -19,6 +19,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from fabric.core import bandwidth
+from fabric.core import partitions as partitions_core
 from fabric.core import qos as qos_core
 from fabric.core.diags import link_key
 from fabric.core.errors import FabricFormatError
@@ -542,7 +543,9 @@ def format_pkey(pkey: int | None) -> str | None:
 
 @transaction.atomic(savepoint=False)  # inside the binding's transaction: no savepoint of its own
 def sync_partitions(*, hosts_by_holder: dict[str, list[int]],
-                    classes: dict[str, str] | None = None, now: datetime | None = None) -> None:
+                    classes: dict[str, str] | None = None,
+                    gpus_by_holder: dict[str, dict[int, list[int]]] | None = None,
+                    now: datetime | None = None) -> None:
     """Each lease's partitions follow the hosts it is on now (`holder` → host ids, from the
     pool's bindings): on every fabric where it is on two hosts or more it has a live partition
     with exactly those hosts (a new one gets a free P_Key of the fabric's range; one that moves
@@ -554,8 +557,13 @@ def sync_partitions(*, hosts_by_holder: dict[str, list[int]],
 
     `classes` (holder → bandwidth class, from the market through the pool) sets each named
     lease's class on its partitions, whose P_Key the fabric agent then maps to that class's SL;
-    a lease not named keeps its class (a new partition: standard)."""
+    a lease not named keeps its class (a new partition: standard).
+
+    `gpus_by_holder` (holder → host id → its GPU indexes there) narrows each host's members to
+    the HCAs of the rails those GPUs use, on hosts with several HCAs (docs/fabric.md,
+    "Partitions"); without it, every HCA of the host is a member."""
     classes = classes or {}
+    gpus_by_holder = gpus_by_holder or {}
     if not hosts_by_holder:
         return
     now = now or timezone.now()
@@ -584,6 +592,9 @@ def sync_partitions(*, hosts_by_holder: dict[str, list[int]],
             .values_list("partition_id", "host_id"):
         members_now[partition_id].add(host_id)
     fabrics = Fabric.objects.in_bulk({fabric_id for fabric_id, _ in wanted})
+    shape_of = {pk: (gpus, hcas) for pk, gpus, hcas in Host.objects.filter(
+        pk__in={h for members in wanted.values() for h in members}).annotate(
+        hca_count=Count("hcas")).values_list("pk", "gpus", "hca_count")}
     for (fabric_id, holder), members in sorted(wanted.items()):
         partition = live.get((fabric_id, holder))
         bandwidth_class = classes.get(holder)
@@ -594,6 +605,22 @@ def sync_partitions(*, hosts_by_holder: dict[str, list[int]],
             Partition.objects.filter(pk=partition.pk).update(bandwidth_class=bandwidth_class)
         if members_now[partition.pk] != members:
             partition.hosts.set(sorted(members))
+        rails = _rails_of(members, gpus_by_holder.get(holder, {}), shape_of)
+        if rails != partition.rails:
+            Partition.objects.filter(pk=partition.pk).update(rails=rails)
+
+
+def _rails_of(members: set[int], gpus: dict[int, list[int]],
+              shape_of: dict[int, tuple[int, int]]) -> dict[str, list[int]]:
+    """Host id (as text: JSON's keys) → the rails its lease's GPUs use, for the members with
+    several HCAs and known GPUs."""
+    rails = {}
+    for host in sorted(members):
+        gpus_on_host, hcas = shape_of.get(host, (0, 0))
+        used = partitions_core.rails_used(gpus.get(host, []), hcas, gpus_on_host)
+        if used is not None:
+            rails[str(host)] = used
+    return rails
 
 
 def _new_partition(fabric: Fabric, holder: str, bandwidth_class: str) -> Partition:

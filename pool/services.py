@@ -619,9 +619,11 @@ def unbind_lease(*, node: Node, lease_ref: str) -> None:
     Binding.objects.filter(node=node, lease_ref=lease_ref).update(serve=False)
     # the lease's partition follows the nodes it is still on (none left: it is released)
     # ... and so do its traffic accounts (its delivered bandwidth: docs/fabric.md)
-    hosts_left = {lease_ref: list(Binding.objects.filter(lease_ref=lease_ref, serve=True)
-                                  .values_list("node__host_id", flat=True))}
-    fabric_services.sync_partitions(hosts_by_holder=hosts_left)
+    serving = list(Binding.objects.filter(lease_ref=lease_ref, serve=True)
+                   .values_list("node__host_id", "gpu_indexes"))
+    hosts_left = {lease_ref: [host for host, _ in serving]}
+    fabric_services.sync_partitions(hosts_by_holder=hosts_left, gpus_by_holder={
+        lease_ref: {host: indexes for host, indexes in serving}})
     fabric_services.track_lease_hosts(hosts_by_holder=hosts_left)
     workloads.wake_nodes([node.pk])
 
@@ -692,7 +694,10 @@ def set_lease_bindings(*, wanted: dict[str, dict[int, list[int]]],
     # each lease on several nodes has its own InfiniBand partition of exactly those nodes
     # (and its traffic accounts follow its hosts: its delivered bandwidth, docs/fabric.md)
     hosts_now = {ref: [host_of[node] for node in nodes] for ref, nodes in wanted.items()}
-    fabric_services.sync_partitions(hosts_by_holder=hosts_now, classes=classes)
+    gpus_now = {ref: {host_of[node]: indexes for node, indexes in nodes.items()}
+                for ref, nodes in wanted.items()}
+    fabric_services.sync_partitions(hosts_by_holder=hosts_now, classes=classes,
+                                    gpus_by_holder=gpus_now)
     fabric_services.track_lease_hosts(hosts_by_holder=hosts_now)
     workloads.wake_nodes([node for (ref, node) in existing] +
                          [node for nodes in wanted.values() for node in nodes])

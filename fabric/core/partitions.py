@@ -76,3 +76,24 @@ def render(current: str, lines: list[str]) -> str:
     elif not own.endswith("\n"):
         own += "\n"
     return own + "\n".join([BEGIN, *lines, END]) + "\n"
+
+
+def rails_used(gpu_indexes: list[int], hcas: int, gpus_on_host: int) -> list[int] | None:
+    """The rails (positions among the host's HCAs in rail order) that a lease's GPUs on a host
+    use: GPU i sits on rail i * HCAs // GPUs, as the node agent gives NCCL_IB_HCA. None: every
+    HCA of the host (it has one or none, or the GPUs are unknown)."""
+    if hcas <= 1 or not gpu_indexes:
+        return None
+    gpus_on_host = max(gpus_on_host, max(gpu_indexes) + 1)
+    return sorted({index * hcas // gpus_on_host for index in gpu_indexes})
+
+
+_DEVICE_NUMBER = re.compile(r"(\d+)$")
+
+
+def rail_order(description: str, guid: str) -> tuple:
+    """An HCA's place in its host's rail order: by its device name's number (`node01 mlx5_3`:
+    3), as sysfs lists them, then by GUID."""
+    device = description.split()[-1] if description.split() else ""
+    number = _DEVICE_NUMBER.search(device)
+    return (0 if number else 1, int(number.group(1)) if number else 0, device, guid)

@@ -16,7 +16,7 @@ from ibex.accounts import services as accounts
 from market import prices
 from pool import services as pool
 from pool.models import Node
-from tests.fabric.live.conftest import SPEC
+from tests.fabric.live.conftest import SPEC_64
 from tests.factories import client_for, make_org, report_every_gpu
 from tests.scheduler.moves.test_remediation import active_lease
 
@@ -29,15 +29,22 @@ APPLIED_WITHIN_S = 15.0
 
 
 @pytest.fixture
-def market(simulated_fabric):
+def fabric_spec():
+    """64 hosts here (the other live tests that borrow these fixtures keep their 16)."""
+    return SPEC_64
+
+
+@pytest.fixture
+def market(simulated_fabric, fabric_spec):
     provider = make_org("hpc-provider", "provider")
     accounts.change_provider_state(organization=provider, to_state="verified", actor="test",
                                    reason="audit")
     pool.ensure_gpu_catalogue()
-    fabric_services.save_fabric(owner=provider, name="live-ft", spec=SPEC, source="generator")
+    fabric_services.save_fabric(owner=provider, name="live-ft", spec=fabric_spec,
+                                source="generator")
     pool.register_nodes(provider=provider, specs=[
         pool.NodeSpec(hostname=host, fabric="live-ft", gpu_model="H100-80GB", gpu_count=8,
-                      cpu_cores=64, memory_gib=1024) for host in SPEC.hosts])
+                      cpu_cores=64, memory_gib=1024) for host in fabric_spec.hosts])
     report_every_gpu(provider)
     Node.objects.update(state="active")
     prices.set_prices(provider=provider, scope={"fabric": "live-ft"}, price_micros=2_000_000,
@@ -60,7 +67,7 @@ def agent(live_server, simulated_fabric, market):
 def pkey_tables(agent, simulated_fabric) -> dict[str, set[int]]:
     """Every HCA's P_Key table as OpenSM programmed it, by host: `smpquery pkeys LID`."""
     discovery = agent.reader.discovery
-    hosts = {hca.guid: hca.host for hca in SPEC.hcas}
+    hosts = {hca.guid: hca.host for hca in SPEC_64.hcas}
     tables = {}
     for guid, node in discovery.nodes.items():
         if node.kind != "ca":
@@ -99,16 +106,16 @@ def test_two_leases_get_distinct_pkeys_on_exactly_their_hcas_and_an_ended_one_lo
     agent.poll_once()
     applied = wait_for_tables(agent, simulated_fabric, {
         host: base | ({0x8000 | pkeys[0]} if host in first_hosts else set())
-        | ({0x8000 | pkeys[1]} if host in second_hosts else set()) for host in SPEC.hosts})
+        | ({0x8000 | pkeys[1]} if host in second_hosts else set()) for host in SPEC_64.hosts})
     client.post(f"/api/v1/leases/{first.pk}/terminate/")
     agent.poll_once()
     ended = wait_for_tables(agent, simulated_fabric, {
         host: base | ({0x8000 | pkeys[1]} if host in second_hosts else set())
-        for host in SPEC.hosts})
+        for host in SPEC_64.hosts})
 
     assert pkeys[0] != pkeys[1] and len(first_hosts) == len(second_hosts) == 2
     assert not first_hosts & second_hosts
-    for host in SPEC.hosts:
+    for host in SPEC_64.hosts:
         assert (0x8000 | pkeys[0] in applied[host]) == (host in first_hosts), (host, applied)
         assert (0x8000 | pkeys[1] in applied[host]) == (host in second_hosts), (host, applied)
         assert 0x8000 | pkeys[0] not in ended[host], (host, ended)
