@@ -367,12 +367,12 @@ def _exchanged(levels, nodes_by_market, options, best, order, deadline: float,
     them and a redeal after them (the last one took `redeal_s`); the better of the two. On
     the benchmark's 10,000 bids the exchanges add 0.2 % within half a second, and the redeal
     as much again: the winners they move sit on GPUs not yet dealt by hours."""
-    until = deadline - 1.75 * redeal_s  # a redeal's time varies by a third with the load
+    until = deadline - 2 * redeal_s  # a redeal's time varies by a half with the load
     if time.perf_counter() >= until:
         return best
     exchanged = exchanges(levels, nodes_by_market, options, best[1], order,
                           stop=lambda: time.perf_counter() > until)
-    if time.perf_counter() + 1.25 * redeal_s < deadline:
+    if time.perf_counter() + 1.5 * redeal_s < deadline:
         exchanged = redeal(levels, nodes_by_market, options, exchanged)
     welfare = _welfare_of(options, exchanged)
     return (welfare, exchanged) if welfare > best[0] else best
