@@ -12,11 +12,17 @@ from django.utils import timezone
 from fabric.models import Link, PortCounters
 from market.models import Allocation, LeaseEvent
 from scheduler import link_health
-from tests.fabric.live.conftest import SPEC
+from tests.fabric.live.conftest import SPEC_64 as SPEC
 from tests.fabric.live.test_partitions_live import agent, market  # noqa: F401 (fixtures)
 from tests.scheduler.moves.test_remediation import active_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+@pytest.fixture
+def fabric_spec():
+    """64 hosts, the scale the issue asks the live fabric to be proven at."""
+    return SPEC
+
 
 SWITCH_NAMES = {switch.guid: switch.name for switch in SPEC.switches}
 HCA_OF = {hca.host: hca for hca in SPEC.hcas}

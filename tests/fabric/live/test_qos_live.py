@@ -15,7 +15,15 @@ from market.models import Lease
 from pool.models import Binding
 from scheduler import placing as scheduler
 from tests.fabric.live import test_partitions_live as partitions_live
+from tests.fabric.live.conftest import SPEC_64
 from tests.factories import client_for
+
+
+@pytest.fixture
+def fabric_spec():
+    """64 hosts, the scale the issue asks the live fabric to be proven at."""
+    return SPEC_64
+
 
 # the partitions' fixtures: a market on the simulated fat tree, and its fabric agent
 market, agent = partitions_live.market, partitions_live.agent
