@@ -64,8 +64,10 @@ def _secret_comparisons(tree: ast.AST):
             names = [ast.unparse(side).lower() for side in (node.left, *node.comparators)]
             if any("prefix" in name for name in names):
                 continue  # a key's or token's visible prefix is public: it finds the row
-            if any("topology_hash" in name or "acknowledged_hash" in name for name in names):
-                continue  # a fingerprint of the fabric's links (docs/fabric.md), not a secret
+            if any(fingerprint in name for name in names for fingerprint in
+                   ("topology_hash", "acknowledged_hash", "routes_hash", "acknowledged_routes")):
+                continue  # a fingerprint of the fabric's links or routes (docs/fabric.md),
+                # not a secret
             if any(word in name for name in names for word in SECRET_WORDS):
                 yield node.lineno, " vs ".join(names)
 
