@@ -1,8 +1,6 @@
 """The fabric agent's partitions.conf writer: IBEX's block between its markers, the provider's
 lines kept as they are, the file replaced atomically, and OpenSM signalled only on a change."""
 
-import os
-import signal
 
 import pytest
 
@@ -20,17 +18,6 @@ PROVIDER = ("# site partitions\nDefault=0x7fff, ipoib : ALL=full ;\n"
 
 def port_guid(guid, port):
     return PORTS.get((guid, port))
-
-
-@pytest.fixture
-def sighups(tmp_path):
-    """A pid file naming this process, and the SIGHUPs it receives."""
-    received = []
-    previous = signal.signal(signal.SIGHUP, lambda *_: received.append(1))
-    pid_file = tmp_path / "opensm.pid"
-    pid_file.write_text(f"{os.getpid()}\n")
-    yield pid_file, received
-    signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_new_file_gets_the_default_partition_and_ibexs_block(tmp_path, sighups):

@@ -2,10 +2,7 @@
 opensm.conf gets the QoS options (its other lines kept byte for byte), both atomically, and
 OpenSM is signalled once, only when something changed."""
 
-import os
-import signal
 
-import pytest
 
 from agent.fabric_agent import write_qos_files
 from fabric.core import qos
@@ -15,17 +12,6 @@ ANSWER = {"options": qos.opensm_options(qos.settings_of({})), "default_sl": 0,
                     {"pkey": "0x1001", "class": "standard", "sl": 0}]}
 CONF = ("# site configuration\nrouting_engine ftree\nqos FALSE\nqos_max_vls 0\n"
         "qos_vlarb_high (null)\nlog_file /var/log/opensm.log\n")
-
-
-@pytest.fixture
-def sighups(tmp_path):
-    """A pid file naming this process, and the SIGHUPs it receives."""
-    received = []
-    previous = signal.signal(signal.SIGHUP, lambda *_: received.append(1))
-    pid_file = tmp_path / "opensm.pid"
-    pid_file.write_text(f"{os.getpid()}\n")
-    yield pid_file, received
-    signal.signal(signal.SIGHUP, previous)
 
 
 def test_the_policy_and_the_options_are_written_and_opensm_is_signalled(tmp_path, sighups):

@@ -13,9 +13,6 @@ from agent.fabric_agent import FabricAgent, FabricAgentOptions
 from billing import services as money
 from fabric import services as fabric_services
 from fabric.core import admission
-from fabric.core.generators import fat_tree
-from fabric.core.netfile import ibsim_netfile
-from fabric.live_sim import PACKAGES, SimulatedFabric, missing_programs
 from fabric.models import Fabric, Link
 from fabric.selectors import route_map
 from ibex.accounts import services as accounts
@@ -25,27 +22,24 @@ from market.models import Allocation, Lease, LeaseEvent, Order
 from pool import services as pool
 from pool.models import Binding, Node
 from scheduler import placing, tasks
+from tests.fabric.live.conftest import SPEC_64
 from tests.factories import client_for, make_org, report_every_gpu
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SPEC = fat_tree(64, 16, rate_gbps=100)
+SPEC = SPEC_64  # 8 leaves of 8 hosts under 8 spines, 100 Gb/s
 FULL_NODE_GBPS = "9.4"  # 8 GPUs × 9.4 = 75.2 Gb/s a hop: one such flow fits a link (80), two do not
 HALF_LINK_GBPS = "6"  # 8 × 6 = 48 Gb/s a hop: two such flows overfill a link
 
 
 @pytest.fixture
-def sim(tmp_path):
-    missing = missing_programs()
-    if missing:
-        pytest.fail(f"the live fabric tests need {', '.join(missing)}: apt-get install {PACKAGES}")
-    fabric = SimulatedFabric(tmp_path, ibsim_netfile(SPEC))
-    try:
-        fabric.start()
-        fabric.wait_until_every_cable_is_active()
-        yield fabric
-    finally:
-        fabric.stop()
+def fabric_spec():
+    return SPEC
+
+
+@pytest.fixture
+def sim(simulated_fabric):
+    return simulated_fabric
 
 
 class Market:

@@ -11,11 +11,9 @@ import pytest
 
 from fabric.core import qos
 from fabric.models import Fabric
-from market.models import Lease
-from pool.models import Binding
-from scheduler import placing as scheduler
 from tests.fabric.live import test_partitions_live as partitions_live
 from tests.fabric.live.conftest import SPEC_64
+from tests.fabric.test_fabric_qos import lease_of_class
 from tests.factories import client_for
 
 
@@ -31,22 +29,6 @@ market, agent = partitions_live.market, partitions_live.agent
 pytestmark = pytest.mark.django_db(transaction=True)
 
 APPLIED_WITHIN_S = 15.0
-
-
-def lease_of_class(client, bandwidth: dict) -> Lease:
-    """An active lease of two whole nodes (16 GPUs under one leaf) with this bandwidth class."""
-    body = client.post("/api/v1/orders/", {
-        "gpu_models": ["H100-80GB"], "gpus": 16, "hours": 2, "tier": "on_demand",
-        "max_price_per_gpu_hour": "3.00", "topology": {"required": "leaf"},
-        "bandwidth": bandwidth}, format="json")
-    assert body.status_code == 201, body.content
-    lease = Lease.objects.get(pk=body.json()["lease"])
-    scheduler.place_lease(lease_id=lease.pk)
-    Binding.objects.update(acknowledged_at=lease.created_at)
-    scheduler.activate_acknowledged_leases()
-    lease.refresh_from_db()
-    assert lease.state == "active"
-    return lease
 
 
 def diag(simulated_fabric, *argv) -> str:
