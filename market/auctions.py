@@ -6,6 +6,7 @@ price, and give running spot leases priced out a preemption notice.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -15,15 +16,17 @@ from django.utils import timezone
 
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
 from ibex.outbox import services as outbox
-from market import leasing, parts
+from market import guarantees, leasing, parts
 from market.core import book as books
 from market.core import clearing, winners
 from market.core.parts import gpu_fraction
 from market.models import Clearing, Lease, Order
 from market.order_states import OS, change_order_state, release_order_hold
 from market.orders import (
+    FoundGpus,
     FreeGpu,
     bid_for,
+    domain_candidates,
     free_priced_gpus,
     offers_from,
     own_shape,
@@ -190,13 +193,14 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
                                    time_limit_s=settings.AUCTION_TIME_LIMIT_S)
     book = books.book_json(WIDEST_FIRST, offers, bids)
     keys = {key.host: key for key in by_node}
+    free = FreeForWinners(by_node, keys, model_of, runtimes)
     for market in result.markets:
         record = records[market.gpu_model]
         accepted, refused = [], []
         for won in market.accepted:
             order = by_id[won.bid.id]
             filled = _fill(order, won, positions[won.bid.id][won.alternative],
-                           market.gpu_model, by_node, keys, now)
+                           market.gpu_model, free, now)
             if filled is not None:
                 accepted.append(filled)
                 continue
@@ -239,19 +243,53 @@ def _clear(records: dict[str, Clearing], orders: list[Order], now: datetime) -> 
                                  "the hours asked")[:300])
 
 
-def _fill(order: Order, won: winners.Winner, alternative: int, gpu_model: str, by_node, keys,
-          now: datetime) -> dict | None:
+@dataclass
+class FreeForWinners:
+    """The GPUs the clearing saw free, less those its winners have taken so far."""
+
+    by_node: dict[NodeKey, list[FreeGpu]]
+    keys: dict[str, NodeKey]
+    model_of: dict[str, str]
+    runtimes: dict[str, str]
+
+    def take(self, reserves: dict[str, list[int]]) -> list[tuple[NodeKey, FreeGpu]]:
+        """GPUs of each node at the reserve prices the clearing assigned."""
+        chosen = []
+        for node, prices in reserves.items():
+            key = self.keys[node]
+            wanted = defaultdict(int)
+            for price in prices:
+                wanted[price] += 1
+            for gpu in self.by_node[key]:
+                if wanted[gpu.price_micros] > 0:
+                    wanted[gpu.price_micros] -= 1
+                    chosen.append((key, gpu))
+        self.remove(chosen)
+        return chosen
+
+    def remove(self, chosen: list[tuple[NodeKey, FreeGpu]]) -> None:
+        taken = {(key, gpu.gpu_id) for key, gpu in chosen}
+        for key in {key for key, _ in chosen}:
+            self.by_node[key] = [g for g in self.by_node[key] if (key, g.gpu_id) not in taken]
+
+    def give_back(self, chosen: list[tuple[NodeKey, FreeGpu]]) -> None:
+        for key, gpu in chosen:
+            self.by_node[key].append(gpu)
+
+
+def _fill(order: Order, won: winners.Winner, alternative: int, gpu_model: str,
+          free: FreeForWinners, now: datetime) -> dict | None:
     """The winner's lease on the GPUs it won; None, with nothing changed, when an on-demand
     order took one of them while the clearing ran (the database refuses the overlap)."""
     try:
         with transaction.atomic():
-            return _fill_now(order, won, alternative, gpu_model, by_node, keys, now)
+            return _fill_now(order, won, alternative, gpu_model, free, now)
     except leasing.GpusUnavailable:
         return None
 
 
-def _fill_now(order: Order, won: winners.Winner, alternative: int, gpu_model: str, by_node,
-              keys, now: datetime) -> dict:
+def _fill_now(order: Order, won: winners.Winner, alternative: int, gpu_model: str,
+              free: FreeForWinners, now: datetime) -> dict:
     if order.alternatives:  # the order now says which of its shapes it bought
         shape = order.alternatives[alternative]
         order.gpus, order.hours = shape["gpus"], shape["hours"]
@@ -261,7 +299,9 @@ def _fill_now(order: Order, won: winners.Winner, alternative: int, gpu_model: st
     order.price_to_win_micros, order.price_to_win_reason = None, ""
     order.save(update_fields=["gpus", "hours", "max_price_micros", "topology", "gpu_models",
                               "alternative", "price_to_win_micros", "price_to_win_reason"])
-    chosen = _gpus_taken(by_node, keys, won.reserves_micros)
+    chosen = free.take(won.reserves_micros)
+    if guarantees.is_guaranteed(order):
+        chosen = _most_headroom(order, chosen, won.price_micros, gpu_model, free, now)
     lease = _lease(order, chosen, won.price_micros, now, gpu_model)
     if lease.starts_at <= now:
         # placed at once, through the outbox like on-demand leases; a reserved lease that
@@ -276,6 +316,29 @@ def _fill_now(order: Order, won: winners.Winner, alternative: int, gpu_model: st
             "alternative": alternative, "price_micros": won.price_micros}
 
 
+def _most_headroom(order: Order, chosen: list, price_micros: int, gpu_model: str,
+                   free: FreeForWinners, now: datetime) -> list[tuple[NodeKey, FreeGpu]]:
+    """A guaranteed winner's GPUs: the clearing's, or the engine's choice inside another leaf
+    or spine whose guarantee keeps more headroom on the routes (docs/fabric.md, "Admission on
+    the real routes"), among GPUs no dearer in reserves in all than the clearing's (so the
+    welfare it certified does not fall) and each at or below the price. Where none holds its
+    guarantee, the clearing's: its placement checks it again and moves or fails it."""
+    free.give_back(chosen)
+    usable = {key: [g for g in gpus if g.price_micros <= price_micros]
+              for key, gpus in free.by_node.items() if free.model_of[key.host] == gpu_model}
+    usable = {key: gpus for key, gpus in usable.items() if gpus}
+    budget = sum(gpu.price_micros for _, gpu in chosen)
+    candidates = [FoundGpus(chosen=chosen, gpu_model=gpu_model)] + [
+        found for found in domain_candidates(order, usable, free.model_of, free.runtimes)
+        if sum(gpu.price_micros for _, gpu in found.chosen) <= budget]
+    start = _starts_at(order, now)
+    index, _verdict = guarantees.choose(order, [c.gpus_by_node() for c in candidates], start,
+                                        start + timedelta(hours=order.hours))
+    best = candidates[index or 0].chosen
+    free.remove(best)
+    return best
+
+
 def _refuse(order: Order, lost: winners.Loser, positions: list[int]) -> dict:
     reason = lost.price_to_win_reason
     if lost.price_to_win_micros is not None and order.alternatives:
@@ -286,21 +349,6 @@ def _refuse(order: Order, lost: winners.Loser, positions: list[int]) -> dict:
         price_to_win_reason=reason[:300])
     return {"order": order.pk, "reason": lost.reason,
             "price_to_win_micros": lost.price_to_win_micros}
-
-
-def _gpus_taken(by_node, keys, reserves) -> list[tuple[NodeKey, FreeGpu]]:
-    chosen = []
-    for node, prices in reserves.items():
-        key = keys[node]
-        wanted = defaultdict(int)
-        for price in prices:
-            wanted[price] += 1
-        for gpu in by_node[key]:
-            if wanted[gpu.price_micros] > 0:
-                wanted[gpu.price_micros] -= 1
-                chosen.append((key, gpu))
-        by_node[key] = [g for g in by_node[key] if (key, g) not in chosen]
-    return chosen
 
 
 def _lease(order: Order, chosen, price_micros: int, now: datetime, gpu_model: str) -> Lease:

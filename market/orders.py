@@ -7,7 +7,6 @@ task); an unfilled `rest` order waits and is re-tried when capacity frees.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -42,7 +41,6 @@ from pool.models import Gpu, GpuModel
 from pool.services import offered_gpus
 
 PLACEMENT_RETRIES = 3
-GUARANTEE_CANDIDATES = 12  # placements admission compares for a guaranteed order
 
 
 @dataclass(frozen=True)
@@ -469,12 +467,12 @@ class FoundGpus:
         prices = [g.price_micros for _, g in self.chosen]
         return min(divide_rounded(sum(prices), len(prices)), limit_micros)
 
-    def gpus_by_node(self) -> dict[tuple[str, str], int]:
-        """(fabric name, node hostname) -> the GPUs chosen there."""
-        counts: dict[tuple[str, str], int] = {}
-        for key, _gpu in self.chosen:
-            counts[(key.fabric, key.host)] = counts.get((key.fabric, key.host), 0) + 1
-        return counts
+    def gpus_by_node(self) -> dict[tuple[str, str], list[int]]:
+        """(fabric name, node hostname) -> the indexes of the GPUs chosen there."""
+        indexes: dict[tuple[str, str], list[int]] = {}
+        for key, gpu in self.chosen:
+            indexes.setdefault((key.fabric, key.host), []).append(gpu.index)
+        return indexes
 
 
 def find_gpus(order: Order, start: datetime, end: datetime,
@@ -497,23 +495,17 @@ def find_gpus(order: Order, start: datetime, end: datetime,
     found = FoundGpus(chosen=chosen, gpu_model=models[chosen[0][0].host])
     if not guarantees.is_guaranteed(order):
         return found
-    candidates = [found, *_domain_candidates(order, by_node, models, runtimes)]
+    candidates = [found, *domain_candidates(order, by_node, models, runtimes)]
     index, verdict = guarantees.choose(order, [c.gpus_by_node() for c in candidates], start, end)
     return candidates[index] if index is not None else guarantees.refusal_text(verdict)
 
 
-def _domain_candidates(order: Order, by_node: dict, models: dict, runtimes: dict):
+def domain_candidates(order: Order, by_node: dict, models: dict, runtimes: dict):
     """Other placements of a guaranteed order, for admission to choose the one with the most
     headroom: the engine's choice inside each leaf, then each spine, that has the GPUs free
-    (the largest first, at most `GUARANTEE_CANDIDATES`)."""
-    domains: dict[tuple, list] = defaultdict(list)
-    for key in by_node:
-        domains[("leaf", key.fabric, key.leaf)].append(key)
-        domains[("spine", key.fabric, key.spine)].append(key)
-    sized = sorted(((sum(len(by_node[k]) for k in keys), name, keys)
-                    for name, keys in domains.items()), key=lambda item: (-item[0], item[1]))
-    for _free, _name, keys in [item for item in sized if item[0] >= order.gpus][
-            :GUARANTEE_CANDIDATES]:
+    (`market.guarantees.candidate_domains`)."""
+    free = {key: len(gpus) for key, gpus in by_node.items()}
+    for keys in guarantees.candidate_domains(free, order.gpus):
         subset = {key: by_node[key] for key in keys}
         result = clearing.match_on_demand(WIDEST_FIRST, offers_from(subset, models, runtimes),
                                           [bid_for(order)], parts.placer_with_mix())

@@ -117,10 +117,11 @@ def _move(lease: Lease, why: str, now: datetime) -> bool:
         chosen = choose(lease, held, leaving, index)
         if chosen is None:
             continue
-        placement: dict[tuple[str, str], int] = {}
-        for node in [(h.fabric, h.host) for h in held if h.gpu_id not in leaving] + \
-                [(s.fabric, s.host) for s in chosen]:
-            placement[node] = placement.get(node, 0) + 1
+        placement: dict[tuple[str, str], list[int]] = {}
+        for node, gpu_index in [((h.fabric, h.host), h.index) for h in held
+                                if h.gpu_id not in leaving] + \
+                [((s.fabric, s.host), s.index) for s in chosen]:
+            placement.setdefault(node, []).append(gpu_index)
         verdict = guarantees.verdict_of(placement, float(order.gbps_per_gpu), {}, now,
                                         lease.ends_at, reference=lease.reference,
                                         exclude=[lease.pk])

@@ -16,7 +16,8 @@ the fabric agent has sent the switches' forwarding tables (`fabric.selectors.rou
 links of the routes of a ring over those hosts in name order (`ring_crosses`): a switch link
 on them serves all the lease's hosts on that fabric (a collective waits for its slowest hop).
 When OpenSM routes around a switch link that is still faulty, the lease's notice closes
-(`rerouted`) once the routes the agent reports no longer cross it.
+(`rerouted`) once the routes the agent reports no longer cross it. A lease on one host has no
+path: its GPUs talk over NVLink and PCIe, never over a cable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from fabric import selectors as fabric_selectors
@@ -133,6 +135,9 @@ def _tell_faults(now: datetime) -> int:
                 gpu__node__host_id__in=hosts).values_list("lease_id",
                                                           "gpu__node__host_id").distinct():
             on_hosts[lease_id].add(host_id)
+    # a lease on one host sends nothing over the fabric: its host's cables are not its path
+    on_hosts = {lease_id: found for lease_id, found in on_hosts.items()
+                if lease_id in _on_several_hosts(list(on_hosts), now)}
     touched: dict[tuple[int, int], list[int]] = {}  # (fault, lease) -> the hosts it serves
     for fault in faults:
         for lease_id, lease_hosts in on_hosts.items():
@@ -162,6 +167,14 @@ def _tell_faults(now: datetime) -> int:
         if _tell(leases[lease_id], by_id[fault_id], found, [names[h] for h in found]):
             told += 1
     return told
+
+
+def _on_several_hosts(lease_ids: list[int], now: datetime) -> set[int]:
+    if not lease_ids:
+        return set()
+    return set(Allocation.objects.filter(lease_id__in=lease_ids, period__contains=now)
+               .values("lease_id").annotate(hosts=Count("gpu__node__host_id", distinct=True))
+               .filter(hosts__gt=1).values_list("lease_id", flat=True))
 
 
 def _tell(lease: Lease, fault: LinkFault, host_ids: list[int], host_names: list[str]) -> bool:

@@ -9,6 +9,12 @@ node's boundary, so a node's outbound traffic grows with its GPUs. A hop's flow 
 directed link of the route the forwarding tables give from the sender's HCA to the
 receiver's; a directed link is its sending port (`fabric.core.routes.Port`).
 
+**Rails.** On a host with one HCA per rail, GPU i sends through the HCA of its rail (i × HCAs
+// GPUs, as the node agent gives `NCCL_IB_HCA`), and NCCL pairs rails across nodes: a hop's
+share from the sender's rail r goes to the receiver's HCA on rail r where the lease holds a
+GPU of that rail there, else to the receiver's rails it does not share with the sender, in
+turn. A host whose rails are not known sends and receives on its first HCA.
+
 **The check.** On every directed link, the sum of the guarantees crossing it (live leases,
 plus the new one) stays within its rate × the provider's `guarantee_ratio`. The **headroom**
 of a placement is the least slack left on any link it crosses (the rate share that stays
@@ -35,6 +41,11 @@ class Guarantee:
     hosts: tuple[str, ...]
     gpus: tuple[int, ...]
     gbps_per_gpu: float
+    # per host (in `hosts` order) the rail of each of its GPUs; () for a host of one rail
+    rails: tuple[tuple[int, ...], ...] = ()
+
+    def rails_on(self, position: int) -> tuple[int, ...]:
+        return self.rails[position] if position < len(self.rails) else ()
 
 
 @dataclass(frozen=True)
@@ -45,21 +56,48 @@ class Verdict:
     reason: str = ""
 
 
-def ring_flows(guarantee: Guarantee) -> list[tuple[str, str, float]]:
-    """(sender, receiver, Gb/s) for each hop of the lease's ring."""
+Flow = tuple[str, int, str, int, float]  # sender, its rail, receiver, its rail, Gb/s
+
+
+def ring_flows(guarantee: Guarantee) -> list[Flow]:
+    """Each hop of the lease's ring, split by the sender's rails."""
     hosts = guarantee.hosts
     if len(hosts) < 2:
         return []
-    return [(hosts[i], hosts[(i + 1) % len(hosts)], guarantee.gbps_per_gpu * guarantee.gpus[i])
-            for i in range(len(hosts))]
+    flows = []
+    for i, sender in enumerate(hosts):
+        following = (i + 1) % len(hosts)
+        sending = guarantee.rails_on(i) or (0,) * guarantee.gpus[i]
+        for rail, to, gpus in rail_pairs(sending, guarantee.rails_on(following)):
+            flows.append((sender, rail, hosts[following], to, guarantee.gbps_per_gpu * gpus))
+    return flows
+
+
+def rail_pairs(sending: tuple[int, ...], receiving: tuple[int, ...]
+               ) -> list[tuple[int, int, int]]:
+    """(sender's rail, receiver's rail, GPUs) for one hop: rail to the same rail where the
+    receiver holds it, the rest in turn to the receiver's rails the sender does not hold."""
+    counts: dict[int, int] = defaultdict(int)
+    for rail in sending:
+        counts[rail] += 1
+    theirs = sorted(set(receiving)) or [0]
+    spare = [rail for rail in theirs if rail not in counts] or theirs
+    pairs, turn = [], 0
+    for rail in sorted(counts):
+        if rail in theirs:
+            pairs.append((rail, rail, counts[rail]))
+        else:
+            pairs.append((rail, spare[turn % len(spare)], counts[rail]))
+            turn += 1
+    return pairs
 
 
 def flows_on_links(route: RouteMap, guarantee: Guarantee) -> dict[Port, float]:
     """The Gb/s the lease puts on each directed link of its routes (RouteBroken: a route of
     its ring is broken)."""
     load: dict[Port, float] = defaultdict(float)
-    for sender, receiver, gbps in ring_flows(guarantee):
-        for port in route.path(sender, receiver):
+    for sender, rail, receiver, to, gbps in ring_flows(guarantee):
+        for port in route.path(sender, receiver, rail, to):
             load[port] += gbps
     return load
 

@@ -84,8 +84,15 @@ def rails_used(gpu_indexes: list[int], hcas: int, gpus_on_host: int) -> list[int
     HCA of the host (it has one or none, or the GPUs are unknown)."""
     if hcas <= 1 or not gpu_indexes:
         return None
+    return sorted(set(rails_of_gpus(gpu_indexes, hcas, gpus_on_host)))
+
+
+def rails_of_gpus(gpu_indexes: list[int], hcas: int, gpus_on_host: int) -> tuple[int, ...]:
+    """The rail of each GPU (i * HCAs // GPUs), in the order given; () on a host of one HCA."""
+    if hcas <= 1 or not gpu_indexes:
+        return ()
     gpus_on_host = max(gpus_on_host, max(gpu_indexes) + 1)
-    return sorted({index * hcas // gpus_on_host for index in gpu_indexes})
+    return tuple(index * hcas // gpus_on_host for index in gpu_indexes)
 
 
 _DEVICE_NUMBER = re.compile(r"(\d+)$")

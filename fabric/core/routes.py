@@ -49,21 +49,27 @@ class RouteMap:
     lids: dict[str, int]  # node GUID -> LID
     tables: dict[str, bytes]  # switch GUID -> out port per LID
     peers: dict[Port, Port]  # each cabled port -> the port at the cable's other end
-    host_ports: dict[str, Port]  # host name -> its (first) HCA's cabled port
+    host_ports: dict[str, Port]  # host name -> its first HCA's cabled port
     down: set[Port] = field(default_factory=set)
     names: dict[str, str] = field(default_factory=dict)  # GUID -> switch or host name
     rates: dict[Port, float] = field(default_factory=dict)  # sending port -> the cable's Gb/s
+    # host name -> its HCAs' cabled ports in rail order, where it has several (rail 0 is its
+    # `host_ports` entry); a host not here has one rail
+    rail_ports: dict[str, list[Port]] = field(default_factory=dict)
     # traced paths, by (source, destination): a RouteMap is not changed once built
     _paths: dict = field(default_factory=dict, repr=False)
 
-    def path(self, source: str, destination: str) -> list[Port]:
-        """The directed links (sending ports) from `source`'s HCA to `destination`'s, in
-        order; RouteBroken when the tables do not lead there over links that are up."""
-        key = (source, destination)
+    def path(self, source: str, destination: str, source_rail: int = 0,
+             destination_rail: int = 0) -> list[Port]:
+        """The directed links (sending ports) from `source`'s HCA on `source_rail` to
+        `destination`'s on `destination_rail`, in order; RouteBroken when the tables do not
+        lead there over links that are up."""
+        key = (source, destination, source_rail, destination_rail)
         found = self._paths.get(key)
         if found is None:
             try:
-                found = self._trace(source, destination)
+                found = self._trace(self.port_of(source, source_rail),
+                                    self.port_of(destination, destination_rail), destination)
             except RouteBroken as broken:
                 found = broken
             self._paths[key] = found
@@ -71,8 +77,19 @@ class RouteMap:
             raise found
         return found
 
-    def _trace(self, source: str, destination: str) -> list[Port]:
-        start, (target, _port) = self.host_ports[source], self.host_ports[destination]
+    def port_of(self, host: str, rail: int = 0) -> Port:
+        """The cabled port of `host`'s HCA on `rail` (its first HCA where it has no such rail)."""
+        rails = self.rail_ports.get(host)
+        if rails and 0 <= rail < len(rails):
+            return rails[rail]
+        return self.host_ports[host]
+
+    def rails_of(self, host: str) -> int:
+        return len(self.rail_ports.get(host) or ()) or 1
+
+    def _trace(self, start: Port, end: Port, destination: str) -> list[Port]:
+        source = self.names.get(start[0], start[0])
+        target = end[0]
         lid = self.lids.get(target)
         if lid is None:
             raise RouteBroken(None, f"{destination} has no LID")
@@ -115,23 +132,27 @@ class RouteMap:
 def derived_route_map(cables: list[tuple[Port, Port]], host_ports: dict[str, Port],
                       switches: set[str], *, names: dict[str, str] | None = None,
                       rates: dict[Port, float] | None = None,
-                      down: set[Port] | None = None) -> RouteMap:
+                      down: set[Port] | None = None,
+                      rail_ports: dict[str, list[Port]] | None = None) -> RouteMap:
     """Routes IBEX derives from its own topology when no agent has sent the real ones:
     min-hop, spread over equal next hops by destination LID (D-mod-K, as OpenSM's ftree and
-    minhop engines spread them). Each host's first HCA port gets a LID (1, 2, ... by host
-    name); every switch gets a table toward every host over cables that are up."""
+    minhop engines spread them). Each host's HCA ports get LIDs (1, 2, ... by host name, then
+    rail); every switch gets a table toward every HCA over cables that are up."""
     down = down or set()
+    rail_ports = rail_ports or {}
     peers: dict[Port, Port] = {}
     for here, there in cables:
         peers[here], peers[there] = there, here
-    lids = {host_ports[host][0]: lid for lid, host in enumerate(sorted(host_ports), start=1)}
+    ends = [port for host in sorted(host_ports)
+            for port in (rail_ports.get(host) or [host_ports[host]])]
+    lids = {guid: lid for lid, (guid, _port) in enumerate(ends, start=1)}
     neighbours: dict[str, list[tuple[int, str]]] = {guid: [] for guid in switches}
     for (guid, port), (peer, _) in peers.items():
         if guid in switches and peer in switches and (guid, port) not in down:
             neighbours[guid].append((port, peer))
     tables = {guid: bytearray([NO_ROUTE]) * (len(lids) + 1) for guid in switches}
     by_leaf: dict[str, list[tuple[int, int]]] = {}
-    for guid, port in host_ports.values():
+    for guid, port in ends:
         leaf_port = peers.get((guid, port))
         if leaf_port is not None and leaf_port[0] in switches:
             by_leaf.setdefault(leaf_port[0], []).append((lids[guid], leaf_port[1]))
@@ -139,7 +160,8 @@ def derived_route_map(cables: list[tuple[Port, Port]], host_ports: dict[str, Por
         _route_toward(leaf, destinations, neighbours, tables)
     return RouteMap(lids=lids, tables={guid: bytes(table) for guid, table in tables.items()},
                     peers=peers, host_ports=dict(host_ports), down=set(down),
-                    names=dict(names or {}), rates=dict(rates or {}))
+                    names=dict(names or {}), rates=dict(rates or {}),
+                    rail_ports={host: list(ports) for host, ports in rail_ports.items()})
 
 
 def _route_toward(leaf: str, destinations: list[tuple[int, int]],

@@ -45,14 +45,18 @@ def held_by(lease_ids: list[int], now: datetime) -> dict[int, list[Held]]:
                              "gpu__node__fabric__name", "gpu__node__host__spine",
                              "gpu__node__host__leaf", "gpu__node__hostname", "gpu__health",
                              "gpu__node__health", "gpu__node__host_id"))
-    # hosts cut off from the fabric (every HCA cable down) are broken like a silent node
+    # hosts cut off from the fabric (every HCA cable down) are broken like a silent node, for
+    # a lease on several hosts: one on a single host uses no cable
     cut_off = fabric_selectors.cut_off_hosts() if rows else set()
+    hosts_of: dict[int, set[int]] = defaultdict(set)
+    for row in rows:
+        hosts_of[row[0]].add(row[-1])
     held: dict[int, list[Held]] = defaultdict(list)
     for lease, gpu, node, index, fabric, spine, leaf, host, health, node_health, host_id in rows:
         held[lease].append(Held(gpu, node, index, fabric, spine, leaf, host,
                                 health == Gpu.Health.FAILED
                                 or node_health == Node.Health.UNREACHABLE
-                                or host_id in cut_off))
+                                or (host_id in cut_off and len(hosts_of[lease]) > 1)))
     return held
 
 

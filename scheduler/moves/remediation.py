@@ -22,7 +22,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from fabric import selectors as fabric_selectors
@@ -37,19 +37,29 @@ CHUNK = 50
 
 
 def _broken() -> Q:
-    """An allocation whose GPU failed, whose node went silent, or whose host the fabric cut off
-    (every HCA cable down: scheduler/link_health.py)."""
-    return (Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
-            | Q(gpu__node__host__in=fabric_selectors.cut_off_hosts_query()))
+    """An allocation whose GPU failed or whose node went silent."""
+    return Q(gpu__health=Gpu.Health.FAILED) | Q(gpu__node__health=Node.Health.UNREACHABLE)
+
+
+def affected_leases(now: datetime) -> list[int]:
+    """Active leases on a broken GPU, or on several hosts one of which the fabric cut off
+    (every HCA cable down: scheduler/link_health.py); a lease on one host uses no cable."""
+    live = Allocation.objects.filter(lease__state=Lease.State.ACTIVE, period__contains=now)
+    broken = set(live.filter(_broken()).values_list("lease_id", flat=True).distinct())
+    cut_off = set(live.filter(gpu__node__host__in=fabric_selectors.cut_off_hosts_query())
+                  .values_list("lease_id", flat=True).distinct()) - broken
+    if cut_off:
+        cut_off = set(live.filter(lease_id__in=cut_off).values("lease_id")
+                      .annotate(hosts=Count("gpu__node__host_id", distinct=True))
+                      .filter(hosts__gt=1).values_list("lease_id", flat=True))
+    return sorted(broken | cut_off)
 
 
 def remediate_leases(*, now: datetime | None = None) -> dict[int, str]:
     """Lease id → what was done ("moved" or "degraded") for every lease that needed it."""
     now = now or timezone.now()
     outcome: dict[int, str] = {}
-    affected = sorted(set(
-        Allocation.objects.filter(lease__state=Lease.State.ACTIVE, period__contains=now)
-        .filter(_broken()).values_list("lease_id", flat=True).distinct()))
+    affected = affected_leases(now)
     if not affected:
         return outcome
     index = FreeIndex.build(now)

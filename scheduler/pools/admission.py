@@ -28,7 +28,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from fabric.core.locality import WIDEST_FIRST, Locality, NodeKey
-from market import leasing, parts, pool_orders
+from market import guarantees, leasing, parts, pool_orders
 from market.models import Lease, Order
 from pool import quotas
 from pool.core import quotas as core
@@ -125,6 +125,7 @@ class PoolPlacer:
 
     def __init__(self, pool: Pool, start: datetime, horizon: datetime, shapes: dict[str, int]):
         self.nodes = free_nodes(pool, start, horizon)
+        self.start = start
         self.shapes = shapes
         self.mix = demands_of(parts.recent_mix(pool.pk))  # the pool's own recent orders
         self.index = PlacementIndex(WIDEST_FIRST, [
@@ -156,11 +157,44 @@ class PoolPlacer:
                 return None, (f"only {fitting} of {order.gpus} GPUs are on nodes that can run "
                               f"it; {why_runtimes(runtimes)}")
             return None, placement.reason
+        if guarantees.is_guaranteed(order):
+            return self._most_headroom(order, request, placement.assignment)
+        return self._gpus_of(placement.assignment), ""
+
+    def _gpus_of(self, assignment: dict[str, int]) -> list[tuple[NodeKey, int]]:
         chosen = []
-        for name, count in sorted(placement.assignment.items()):
+        for name, count in sorted(assignment.items()):
             node = self.nodes[name]
             chosen += [(node.key, gpu_id) for gpu_id, _ in node.gpus[:count]]
-        return chosen, ""
+        return chosen
+
+    def _most_headroom(self, order: Order, request: Request, assignment: dict[str, int]
+                       ) -> tuple[list[tuple[NodeKey, int]] | None, str]:
+        """A guaranteed order's placement: the engine's, or its choice inside another leaf or
+        spine, whichever keeps the most headroom on the routes (docs/fabric.md, "Admission on
+        the real routes"); None and the saturated link where none holds the guarantee."""
+        usable = {node.key: len(node.gpus) for name, node in self.nodes.items()
+                  if name not in request.exclude_nodes and node.gpus}
+        assignments = [assignment]
+        for keys in guarantees.candidate_domains(usable, order.gpus):
+            inside = {key.host for key in keys}
+            outside = frozenset(name for name in self.nodes if name not in inside)
+            found = self.index.place(replace(request,
+                                             exclude_nodes=request.exclude_nodes | outside))
+            if found.placed:
+                assignments.append(found.assignment)
+        index, verdict = guarantees.choose(
+            order, [self._indexes_of(assignment) for assignment in assignments],
+            self.start, self.start + timedelta(hours=order.hours))
+        if index is None:
+            return None, guarantees.refusal_text(verdict)
+        return self._gpus_of(assignments[index]), ""
+
+    def _indexes_of(self, assignment: dict[str, int]) -> dict[tuple[str, str], list[int]]:
+        """(fabric, node hostname) -> the indexes of the GPUs `_gpus_of` would take."""
+        return {(self.nodes[name].key.fabric, name):
+                [index for _gpu, index in self.nodes[name].gpus[:count]]
+                for name, count in assignment.items() if count}
 
     def take(self, chosen: list[tuple[NodeKey, int]]) -> None:
         taken = defaultdict(set)

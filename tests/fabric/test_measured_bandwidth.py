@@ -5,6 +5,7 @@ health per tier in the fabric JSON."""
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from fabric.models import Fabric, LinkFault, TrafficAccount
@@ -243,3 +244,35 @@ def test_the_owner_sees_links_down_errors_and_utilisation_per_tier_and_a_tenant_
     assert health["error_threshold"] == 10
     assert "health" not in tenant_view
     assert listed["health"] is None
+
+
+def recorder(into: list):
+    def record(execute, sql, params, many, context):
+        into.append(sql)
+        return execute(sql, params, many, context)
+    return record
+
+
+def test_the_health_picture_is_computed_once_a_report_and_follows_the_next_report_and_threshold():
+    setup_market()
+    agent, t0 = provider_client(), timezone.now()
+    fabric = Fabric.objects.get(name="lab")
+    post_report(agent, t0)
+    computed, cached = [], []
+    with connection.execute_wrapper(recorder(computed)):
+        first = agent.get(f"/api/v1/fabrics/{fabric.pk}/").json()["health"]
+
+    with connection.execute_wrapper(recorder(cached)):
+        again = agent.get(f"/api/v1/fabrics/{fabric.pk}/").json()["health"]
+    post_report(agent, t0 + timedelta(seconds=10), without_hosts=["hpc-provider-04"])
+    after_report = agent.get(f"/api/v1/fabrics/{fabric.pk}/").json()["health"]
+    agent.patch(f"/api/v1/fabrics/{fabric.pk}/", {"error_threshold": 25}, format="json")
+    after_patch = agent.get(f"/api/v1/fabrics/{fabric.pk}/").json()["health"]
+
+    def reads_ports(queries) -> bool:
+        return any('FROM "fabric_port"' in sql for sql in queries)
+
+    assert reads_ports(computed) and not reads_ports(cached)
+    assert again == first and first["tiers"][0]["down"] == 0
+    assert after_report["tiers"][0]["down"] == 1
+    assert after_patch["error_threshold"] == 25

@@ -8,13 +8,17 @@ from pool.models import Gpu
 from tests.factories import make_org, report_every_gpu
 
 
-def provider_with_nodes(slug="hpc-provider", nodes=4, gpu_model="H100-80GB", fabric="lab"):
+def provider_with_nodes(slug="hpc-provider", nodes=4, gpu_model="H100-80GB", fabric="lab",
+                        rails=1):
+    """`rails` > 1: a rail-optimised fat tree, each host's HCA i cabled to rail i's leaf."""
     provider = make_org(slug, "provider")
     accounts.change_provider_state(organization=provider, to_state="verified", actor="test",
                                    reason="audit")
     pool.ensure_gpu_catalogue()
     radix = 4 if nodes <= 8 else 16  # radix 4: 2 hosts per leaf, at most 8 hosts
-    spec = generators.fat_tree(nodes, radix, tiers=2, prefix=f"{slug}-")
+    if rails > 1:
+        radix = max(radix, 2 * rails)
+    spec = generators.fat_tree(nodes, radix, tiers=2, rails=rails, prefix=f"{slug}-")
     fabric_services.save_fabric(owner=provider, name=fabric, spec=spec, source="generator")
     pool.register_nodes(provider=provider, specs=[
         pool.NodeSpec(hostname=host, fabric=fabric, gpu_model=gpu_model, gpu_count=8,

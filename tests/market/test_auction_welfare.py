@@ -18,6 +18,7 @@ from pool.models import Node
 from tests.factories import client_for
 from tests.market.inventory import provider_with_nodes
 from tests.market.test_auctions import bid, funded_tenant, market_with_32_gpus_at
+from tests.scheduler.pools.test_pool_guarantees import spread_two_and_two
 
 
 def hours_bid(tenant, gpus, limit, hours):
@@ -156,3 +157,31 @@ def test_a_winner_whose_gpus_an_on_demand_order_took_meanwhile_rests_and_the_cle
     assert winner.state == "resting" and "another lease took its GPUs" in winner.reason
     assert cleared.accepted == [] and cleared.refused[0]["order"] == winner.pk
     assert Lease.objects.filter(tenant__slug="fast-ai").count() == 1
+
+
+def test_a_guaranteed_winner_takes_the_leaf_with_the_most_headroom_among_equally_cheap_ones(db):
+    market_with_32_gpus_at(1_000_000)  # two leaves of two 8-GPU nodes, 400 Gb/s cables
+    held = orders.place_order(
+        tenant=funded_tenant("held-ai"), actor="t", request=orders.OrderRequest(
+            gpu_models=["H100-80GB"], gpus=4, hours=4, tier="on_demand",
+            max_price_micros=3_000_000, bandwidth_class="guaranteed",
+            gbps_per_gpu=Decimal(45)))
+    spread_two_and_two(held.lease)  # 90 Gb/s held on each of leaf 1's node links
+    tight_leaf = Node.objects.order_by("hostname").first().host.leaf
+    won = bid(funded_tenant("bw-ai"), 12, 2_000_000, bandwidth_class="guaranteed",
+              gbps_per_gpu=Decimal(10), topology={"required": "leaf"})
+
+    [cleared] = auctions.clear_markets()
+
+    # the clearing alone puts it on leaf 1's 6 + 6 free GPUs (welfare is the same on either
+    # leaf); leaf 2 (8 + 4) keeps 240 Gb/s free on its tightest link against leaf 1's 170
+    book = read_book(cleared.book)
+    alone = clear_welfare(book.levels, book.nodes, book.bids, price_to_win=False)
+    leaf_of = {node.name: node.labels["leaf"] for node in book.nodes}
+    assert {leaf_of[name] for name in alone.winner(str(won.pk)).reserves_micros} == {
+        f"lab/{tight_leaf}"}
+    won.refresh_from_db()
+    assert won.state == "filled"
+    leaves = set(won.lease.allocations.values_list("gpu__node__host__leaf", flat=True))
+    assert leaves and tight_leaf not in leaves
+    assert won.lease.allocations.count() == 12

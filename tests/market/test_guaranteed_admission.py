@@ -9,14 +9,17 @@ from decimal import Decimal
 
 import pytest
 
+from billing import services as money
 from fabric.models import Fabric
 from ibex.outbox.models import OutboxMessage
-from market import leasing
+from market import leasing, prices
 from market.models import Allocation, Lease, LeaseEvent, Order
 from pool.models import Gpu, Node
 from scheduler import placing
-from tests.factories import client_for
+from tests.factories import client_for, make_org
+from tests.market.inventory import provider_with_nodes
 from tests.scheduler.moves.test_remediation import setup_market
+from tests.scheduler.pools.test_pool_guarantees import spread_two_and_two
 
 
 def order(client, gbps=None, gpus=16, cls="guaranteed"):
@@ -148,3 +151,48 @@ def test_a_lease_whose_guarantee_fits_nowhere_fails_at_placement_naming_the_link
     failed = LeaseEvent.objects.filter(lease=lease, to_state="failed").get()
     assert "its guaranteed bandwidth does not fit: hpc-provider-0" in failed.reason
     assert "port 1 → leaf" in failed.reason and "above its 160 Gb/s" in failed.reason
+
+
+def test_an_on_demand_guarantee_goes_to_the_leaf_with_the_most_headroom(db):
+    client = setup_market()
+    held = order(client, gbps=45, gpus=4)
+    spread_two_and_two(Lease.objects.get(pk=held.lease_id))  # 90 Gb/s on leaf 1's node links
+    tight_leaf = Node.objects.order_by("hostname").first().host.leaf
+
+    placed = order(client, gbps=10, gpus=12)
+
+    # leaf 1 (6 + 6 free) is the tightest fit; leaf 2 (8 + 4) keeps 240 Gb/s on its tightest
+    # link against leaf 1's 170
+    assert placed.state == "filled"
+    leaves = set(Allocation.objects.filter(lease_id=placed.lease_id)
+                 .values_list("gpu__node__host__leaf", flat=True))
+    assert leaves and tight_leaf not in leaves
+
+
+def rail_optimised_market():
+    provider = provider_with_nodes(nodes=4, rails=8)  # one HCA per GPU, each on its rail's leaf
+    Node.objects.update(state="active")
+    prices.set_prices(provider=provider, scope={"fabric": "lab"}, price_micros=2_000_000,
+                      actor="t")
+    tenant = make_org("acme-ai", "tenant")
+    money.grant_credit(organization=tenant, amount_micros=1_000_000_000, reason="t", actor="t")
+    return client_for(tenant)
+
+
+def test_on_rail_optimised_nodes_each_gpu_sends_on_its_own_rail_so_more_fits(db):
+    client = rail_optimised_market()
+
+    placed = order(client, gbps=45, gpus=16)  # 45 Gb/s on each rail's cable, not 360 on one
+
+    assert placed.state == "filled", placed.reason
+    assert Allocation.objects.filter(lease_id=placed.lease_id).count() == 16
+
+
+def test_on_rail_optimised_nodes_a_refusal_names_a_rails_cable(db):
+    client = rail_optimised_market()
+
+    refused = order(client, gbps=350, gpus=16)  # 350 on each rail's cable, above 320
+
+    assert refused.state == "refused"
+    assert "would carry 350 Gb/s of guarantees (0 held + 350 new), above its 320 Gb/s" \
+        in refused.reason

@@ -1,6 +1,7 @@
 """A faulty link on a lease's path is an SLA event like a failed GPU: the lease is told once, with
 the link named; its GPUs on the hosts the link serves count down until the link is back (then
-an event says so); a lease on a host the fabric cut off is moved by remediation."""
+an event says so); a lease on a host the fabric cut off is moved by remediation. A lease on one
+host crosses no cable: its host's links are not its path."""
 
 from datetime import timedelta
 
@@ -94,8 +95,8 @@ def test_a_link_of_another_host_tells_the_lease_nothing():
 
 def test_a_link_erring_above_the_threshold_is_told_like_one_down():
     tenant = setup_market()
-    lease = active_lease(tenant, gpus=8)
-    (host,) = hosts_of(lease)
+    lease = active_lease(tenant, gpus=16)
+    host, _other = hosts_of(lease)
     agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
     post_report(agent, t0, xmit={host: 0})
 
@@ -110,20 +111,38 @@ def test_a_link_erring_above_the_threshold_is_told_like_one_down():
 
 def test_a_lease_on_a_host_the_fabric_cut_off_is_moved_by_remediation():
     tenant = setup_market()
-    lease = active_lease(tenant, gpus=8, topology={"required": "leaf"})
-    (cut,) = hosts_of(lease)
+    lease = active_lease(tenant, gpus=16, topology={"preferred": "leaf"})  # leaf01's two nodes
+    cut, kept = hosts_of(lease)
     agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
     post_report(agent, t0)
 
     post_report(agent, t0 + timedelta(seconds=30), without_hosts=[cut])
     link_health.watch_links()
     outcome = remediation.remediate_leases()
-    (moved_to,) = hosts_of(lease)
+    moved_to = hosts_of(lease)
 
     assert outcome == {lease.pk: "moved"}
-    assert moved_to != cut and leaf_of(moved_to) == leaf_of(cut)
+    assert cut not in moved_to and kept in moved_to and len(moved_to) == 2
     assert link_events(lease)[0][0] == "link_down"
     assert LeaseEvent.objects.filter(lease=lease, kind="moved").exists()
+
+
+def test_a_lease_on_one_host_uses_no_cable_so_a_cut_off_host_neither_moves_nor_credits_it():
+    tenant = setup_market()
+    lease = active_lease(tenant, gpus=8)
+    (host,) = hosts_of(lease)
+    agent, t0 = provider_client(), timezone.now() + timedelta(seconds=1)
+    post_report(agent, t0)
+
+    post_report(agent, t0 + timedelta(seconds=30), without_hosts=[host])
+    told = link_health.watch_links()
+    outcome = remediation.remediate_leases()
+    measured = sla.measure(lease, sla.ensure_sla(lease), t0 + timedelta(seconds=90))
+
+    assert LinkFault.objects.filter(kind="down").count() == 1
+    assert told == {"told": 0, "restored": 0} and link_events(lease) == []
+    assert outcome == {} and hosts_of(lease) == [host]
+    assert measured.down_gpu_seconds == 0
 
 
 # --- switch links on the lease's routes ----------------------------------------------------------

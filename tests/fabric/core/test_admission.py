@@ -7,6 +7,7 @@ from dataclasses import replace
 from fabric.core import admission
 from fabric.core.admission import Guarantee
 from fabric.core.generators import fat_tree
+from fabric.core.partitions import rail_order
 from fabric.core.routes import derived_route_map
 
 SPEC = fat_tree(16, 8, rate_gbps=100)  # 4 leaves of 4 hosts under 4 spines
@@ -16,16 +17,21 @@ def route_of(spec=SPEC, down=frozenset()):
     switches = {s.guid for s in spec.switches}
     names = {s.guid: s.name for s in spec.switches}
     host_of = {hca.guid: hca.host for hca in spec.hcas}
-    cables, hosts, rates = [], {}, {}
+    rail_of = {hca.guid: rail_order(hca.description, hca.guid) for hca in spec.hcas}
+    cables, rails, rates = [], {}, {}
     for link in spec.links:
         a, b = (link.a_guid, link.a_port), (link.b_guid, link.b_port)
         cables.append((a, b))
         rates[a] = rates[b] = float(link.rate_gbps)
         for end in (a, b):
             if end[0] in host_of:
-                hosts.setdefault(host_of[end[0]], end)
+                rails.setdefault(host_of[end[0]], []).append(end)
                 names[end[0]] = host_of[end[0]]
-    return derived_route_map(cables, hosts, switches, names=names, rates=rates, down=set(down))
+    rails = {host: sorted(ports, key=lambda port: rail_of[port[0]])
+             for host, ports in rails.items()}
+    hosts = {host: ports[0] for host, ports in rails.items()}
+    return derived_route_map(cables, hosts, switches, names=names, rates=rates, down=set(down),
+                             rail_ports={h: ports for h, ports in rails.items() if len(ports) > 1})
 
 
 def lease(reference, hosts, gpus, gbps):
@@ -35,8 +41,49 @@ def lease(reference, hosts, gpus, gbps):
 def test_a_ring_sends_each_nodes_gpus_times_the_guarantee_to_the_next_node_and_back_to_the_first():
     flows = admission.ring_flows(lease("L-1", ["a", "b", "c"], [8, 4, 2], 5))
 
-    assert flows == [("a", "b", 40.0), ("b", "c", 20.0), ("c", "a", 10.0)]
+    assert flows == [("a", 0, "b", 0, 40.0), ("b", 0, "c", 0, 20.0), ("c", 0, "a", 0, 10.0)]
     assert admission.ring_flows(lease("L-2", ["a"], [8], 5)) == []
+
+
+def test_a_hop_pairs_each_rail_with_the_same_rail_and_the_rest_with_the_receivers_other_rails():
+    assert admission.rail_pairs((0, 1, 2, 3), (0, 1, 2, 3)) == [
+        (0, 0, 1), (1, 1, 1), (2, 2, 1), (3, 3, 1)]
+    assert admission.rail_pairs((0, 0, 1, 1), (1, 1, 2, 2)) == [(0, 2, 2), (1, 1, 2)]
+    assert admission.rail_pairs((4, 5), ()) == [(4, 0, 1), (5, 0, 1)]  # one HCA there
+    assert admission.rail_pairs((), (0, 1)) == []
+
+
+RAILS = fat_tree(8, 8, rate_gbps=100, rails=4)  # 2 units of 4 hosts, HCA i on rail i's leaf
+
+
+def test_on_rail_optimised_hosts_each_gpu_sends_through_its_own_rails_hca():
+    route = route_of(RAILS)
+    two_nodes = Guarantee("L-1", ("node01", "node05"), (8, 8), 45.0,
+                          rails=((0, 0, 1, 1, 2, 2, 3, 3),) * 2)
+
+    flows = admission.flows_on_links(route, two_nodes)
+    verdict = admission.check(route, {}, two_nodes)
+
+    # 2 GPUs a rail × 45 Gb/s = 90 on each rail's cables, above 80: refused on a rail's cable
+    leaving = {port for port in flows if route.names.get(port[0]) == "node01"}
+    assert leaving == {route.port_of("node01", rail) for rail in range(4)}
+    assert len({route.name(port).split(" → ")[1] for port in leaving}) == 4  # four leaves
+    assert set(flows.values()) == {90.0}
+    assert not verdict.ok and verdict.reason.startswith("node0")
+    assert "(0 held + 90 new)" in verdict.reason
+    # the first-HCA model would have put all 8 GPUs' 360 Gb/s on one cable
+    one_rail = admission.check(route, {}, replace(two_nodes, rails=()))
+    assert "(0 held + 360 new)" in one_rail.reason
+
+
+def test_a_rail_optimised_lease_fits_what_one_hca_could_not_carry():
+    route = route_of(RAILS)
+    quarter = Guarantee("L-1", ("node01", "node05"), (8, 8), 40.0,
+                        rails=((0, 0, 1, 1, 2, 2, 3, 3),) * 2)
+
+    verdict = admission.check(route, {}, quarter)  # 80 Gb/s on each rail's cables: the limit
+
+    assert verdict.ok and verdict.headroom == 0
 
 
 def test_derived_routes_cross_a_spine_between_leaves_and_stay_in_the_leaf_within_one():
