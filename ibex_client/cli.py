@@ -599,6 +599,18 @@ def gpus_text(lease) -> str:
     return " ".join(f"{node}/{','.join(parts)}" for node, parts in by_node.items()) or "-"
 
 
+def fabric_text(fabric: dict) -> str:
+    """`partition 0x1001, delivered 12.5 Gb/s (mean 10.2)`: what the lease's JSON `fabric` says."""
+    parts = [f"partition {fabric['pkey']}"] if fabric.get("pkey") else []
+    delivered = fabric.get("delivered_gbps") or {}
+    if delivered.get("last_interval") is not None:
+        mean = delivered.get("mean")
+        parts.append(f"delivered {delivered['last_interval']:g} Gb/s"
+                     + (f" (mean {mean:g})" if mean is not None else "")
+                     + (", host shared" if delivered.get("shared") else ""))
+    return ", ".join(parts) or "-"
+
+
 def bandwidth_text(bandwidth: dict) -> str:
     """`guaranteed, 50 Gb/s per GPU`, `standard`, `scavenger`."""
     name = bandwidth.get("class") or "standard"
@@ -623,6 +635,8 @@ def lease_text(lease) -> str:
     ]
     if lease.bandwidth:
         lines.append(f"  bandwidth {bandwidth_text(lease.bandwidth)}")
+    if lease.fabric and (lease.fabric.get("pkey") or lease.fabric.get("delivered_gbps")):
+        lines.append(f"  fabric    {fabric_text(lease.fabric)}")
     if lease.sla:
         s = lease.sla
         target = (f"{s.availability_target_percent} % target" if s.availability_target_percent

@@ -300,6 +300,7 @@ class Lease(Result):
     events: list[LeaseEvent]
     sla: Sla | None = None  # filled by Client.lease(id, sla=True)
     bandwidth: dict | None = None  # its class on the fabric, as its order asked
+    fabric: dict | None = None  # its partition's P_Key and delivered bandwidth
 
     @classmethod
     def from_json(cls, d: dict) -> Lease:
@@ -333,6 +334,7 @@ class Lease(Result):
                                to_state=e.get("to_state") or "", actor=e.get("actor") or "",
                                reason=e.get("reason") or "") for e in d.get("events") or []],
             bandwidth=d.get("bandwidth"),
+            fabric=d.get("fabric"),
         )
 
     @property

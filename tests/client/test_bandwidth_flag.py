@@ -85,6 +85,19 @@ def test_the_lease_shows_its_class(stub, ibex):
     assert "  bandwidth guaranteed, 50 Gb/s per GPU" in out.splitlines()
 
 
+def test_the_lease_shows_its_partition_and_delivered_bandwidth(stub, ibex):
+    stub.answer("GET", "/api/v1/leases/7/", (200, {
+        **LEASE, "fabric": {"pkey": "0x1a2b", "delivered_gbps": {
+            "last_interval": 29.816, "mean": 12.5, "sampled_at": "2026-12-04T03:00:00Z",
+            "shared": False}}}))
+    stub.answer("GET", "/api/v1/leases/7/sla/", (200, SLA))
+
+    code, out, err = ibex("lease", "7")
+
+    assert code == 0, err
+    assert "  fabric    partition 0x1a2b, delivered 29.816 Gb/s (mean 12.5)" in out.splitlines()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_against_the_real_api_the_order_and_its_lease_carry_the_class(
         live_server, monkeypatch, ibex):

@@ -310,7 +310,7 @@ def test_ssh_to_a_lease_without_keys_says_how_to_get_in(stub, ibex):
 LEASE_KEYS = {"id", "state", "tier", "gpu_model", "gpu_count", "mig_profile", "gpu_share",
               "gpus", "locality", "price_per_gpu_hour", "max_price_per_gpu_hour", "starts_at",
               "ends_at", "ended_at", "preempt_at", "created_at", "workload", "access", "events",
-              "sla", "bandwidth"}
+              "sla", "bandwidth", "fabric"}
 ORDER_KEYS = {"id", "state", "reason", "lease", "gpu_models", "gpus", "mig_profile",
               "gpu_share", "hours", "tier", "max_price_per_gpu_hour", "topology",
               "start_window", "workload", "ssh_keys", "created_at", "alternatives",
