@@ -43,12 +43,12 @@ def sim(simulated_fabric):
 
 
 class Market:
-    def __init__(self, live_server, sim):
+    def __init__(self, live_server, sim, spec=SPEC):
         self.provider = make_org("hpc-provider", "provider")
         accounts.change_provider_state(organization=self.provider, to_state="verified",
                                        actor="test", reason="audit")
         pool.ensure_gpu_catalogue()
-        fabric_services.save_fabric(owner=self.provider, name="live-ft", spec=SPEC,
+        fabric_services.save_fabric(owner=self.provider, name="live-ft", spec=spec,
                                     source="generator")
         tenant = make_org("acme-ai", "tenant")
         money.grant_credit(organization=tenant, amount_micros=10_000_000_000, reason="t",
