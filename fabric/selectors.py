@@ -247,6 +247,22 @@ def hca_links_of_links(link_ids) -> list[tuple[int, int]]:
                 .values_list("link_id", "hca__host_id"))
 
 
+def hca_cable_rails(link_ids) -> dict[int, tuple[int, int, int]]:
+    """link id -> (host id, the HCA's rail, the host's HCAs) for each link that is a host's HCA
+    cable: the rail is the HCA's place in its host's rail order."""
+    cables = list(Port.objects.filter(link_id__in=list(link_ids), hca__isnull=False)
+                  .values_list("link_id", "hca__host_id", "hca_id"))
+    orders: dict[int, list[tuple[tuple, int]]] = {}
+    for host_id, hca_id, description, guid in Hca.objects.filter(
+            host_id__in={host for _, host, _ in cables}).values_list(
+            "host_id", "pk", "description", "guid"):
+        orders.setdefault(host_id, []).append((partitions_core.rail_order(description, guid),
+                                               hca_id))
+    rail_of = {hca_id: (rail, len(hcas)) for hcas in orders.values()
+               for rail, (_order, hca_id) in enumerate(sorted(hcas))}
+    return {link_id: (host_id, *rail_of[hca_id]) for link_id, host_id, hca_id in cables}
+
+
 UP_STATES = [state for state in Link.State.values if state != Link.State.DOWN]
 
 

@@ -17,7 +17,8 @@ links of the routes of a ring over those hosts in name order (`ring_crosses`): a
 on them serves all the lease's hosts on that fabric (a collective waits for its slowest hop).
 When OpenSM routes around a switch link that is still faulty, the lease's notice closes
 (`rerouted`) once the routes the agent reports no longer cross it. A lease on one host has no
-path: its GPUs talk over NVLink and PCIe, never over a cable.
+path: its GPUs talk over NVLink and PCIe, never over a cable; on a host of several rails, an
+HCA cable is on the path of the leases with a GPU on its rail.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from django.utils import timezone
 
 from fabric import selectors as fabric_selectors
 from fabric.core.hostlist import natural_sorted
+from fabric.core.partitions import rails_of_gpus
 from fabric.core.routes import RouteBroken, RouteMap
 from fabric.models import Fabric, Host, LinkFault, Port
 from market.models import Allocation, Lease, LeaseEvent
@@ -126,26 +128,32 @@ def _tell_faults(now: datetime) -> int:
     faults = list(LinkFault.objects.filter(ended_at__isnull=True).order_by("started_at", "id"))
     if not faults:
         return 0
-    behind = hosts_behind({fault.link_id for fault in faults})
-    hosts = {host for found in behind.values() for host in found}
-    on_hosts: dict[int, set[int]] = defaultdict(set)
+    cables = fabric_selectors.hca_cable_rails({fault.link_id for fault in faults})
+    hosts = {host for host, _rail, _hcas in cables.values()}
+    # lease -> host -> the rails its GPUs there use (NCCL_IB_HCA's rule)
+    on_hosts: dict[int, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     if hosts:
-        for lease_id, host_id in Allocation.objects.filter(
+        hcas_of = {host: hcas for host, _rail, hcas in cables.values()}
+        for lease_id, host_id, index, gpus in Allocation.objects.filter(
                 lease__state__in=LIVE_STATES, period__contains=now,
-                gpu__node__host_id__in=hosts).values_list("lease_id",
-                                                          "gpu__node__host_id").distinct():
-            on_hosts[lease_id].add(host_id)
+                gpu__node__host_id__in=hosts).values_list(
+                "lease_id", "gpu__node__host_id", "gpu__index", "gpu__node__host__gpus"):
+            on_hosts[lease_id][host_id].update(
+                rails_of_gpus([index], hcas_of[host_id], gpus) or (0,))
     # a lease on one host sends nothing over the fabric: its host's cables are not its path
-    on_hosts = {lease_id: found for lease_id, found in on_hosts.items()
-                if lease_id in _on_several_hosts(list(on_hosts), now)}
+    several = _on_several_hosts(list(on_hosts), now)
     touched: dict[tuple[int, int], list[int]] = {}  # (fault, lease) -> the hosts it serves
     for fault in faults:
-        for lease_id, lease_hosts in on_hosts.items():
-            found = sorted(lease_hosts & behind.get(fault.link_id, set()))
-            if found:
-                touched[(fault.pk, lease_id)] = found
+        if fault.link_id not in cables:
+            continue
+        host, rail, hcas = cables[fault.link_id]
+        for lease_id, rails_by_host in on_hosts.items():
+            # on a host of several rails, only the leases with a GPU on the cable's rail
+            if lease_id in several and host in rails_by_host and (
+                    hcas <= 1 or rail in rails_by_host[host]):
+                touched[(fault.pk, lease_id)] = [host]
     # switch links: the leases whose routes cross them, where the fabric has routes
-    switch_faults = [fault for fault in faults if fault.link_id not in behind]
+    switch_faults = [fault for fault in faults if fault.link_id not in cables]
     if switch_faults:
         routes, ports = Routes(now), _link_ports({f.link_id for f in switch_faults})
         for fault in switch_faults:

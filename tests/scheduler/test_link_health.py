@@ -9,13 +9,16 @@ import pytest
 from django.utils import timezone
 
 from fabric.models import Fabric, Link, LinkFault, Port
-from market.models import Allocation, LeaseEvent
+from market import leasing
+from market.models import Allocation, Lease, LeaseEvent
 from notify.models import Event
-from scheduler import link_health, sla
+from pool.models import Binding, Gpu, Node
+from scheduler import link_health, placing, sla
 from scheduler.models import LeaseLinkNotice
 from scheduler.moves import remediation
 from tests.fabric.lease_traffic import counters, hca_link, post_report
 from tests.factories import client_for
+from tests.market.test_guaranteed_admission import rail_optimised_market
 from tests.scheduler.moves.test_remediation import active_lease, setup_market
 
 pytestmark = pytest.mark.django_db
@@ -200,3 +203,44 @@ def test_a_switch_link_on_a_leases_routes_is_told_and_closed_once_routed_around(
     assert "is off its routes (rerouted)" in link_events(lease)[1][1]
     # all 32 GPUs counted down from the fault to the poll that brought the new routes
     assert measured.down_gpu_seconds == 32 * 10
+
+
+# --- hosts with one HCA per rail -----------------------------------------------------------------
+
+
+def test_on_a_rail_optimised_host_only_a_cable_of_a_rail_the_lease_uses_is_on_its_path():
+    client = rail_optimised_market()  # 4 nodes, HCA i of each on rail i's leaf (8 rails)
+    body = client.post("/api/v1/orders/", {
+        "gpu_models": ["H100-80GB"], "gpus": 8, "hours": 2, "tier": "on_demand",
+        "max_price_per_gpu_hour": "3.00"}, format="json").json()
+    lease = Lease.objects.get(pk=body["lease"])
+    first, second = sorted(Node.objects.values_list("hostname", flat=True))[:2]
+    gpus = [g for node in Node.objects.filter(hostname__in=[first, second])
+            for g in Gpu.objects.filter(node=node, index__lt=4)]  # GPUs 0-3: rails 0 to 3
+    Allocation.objects.filter(lease=lease).delete()
+    leasing.replace_allocations(lease=lease, gpus=[leasing.GpuChoice(g.pk, 0) for g in gpus],
+                                gpu_model="H100-80GB", locality={}, price_micros=0,
+                                reason="placed by hand", starts_at=lease.starts_at)
+    placing.place_lease(lease_id=lease.pk)
+    Binding.objects.update(acknowledged_at=timezone.now())
+    placing.activate_acknowledged_leases()
+    assert hosts_of(lease) == [first, second] and Lease.objects.get(pk=lease.pk).state == "active"
+
+    unused = fault_on(first, "mlx5_6")
+    told_unused = link_health.watch_links()
+    used = fault_on(first, "mlx5_0")
+    told_used = link_health.watch_links()
+
+    assert told_unused == {"told": 0, "restored": 0}
+    assert told_used == {"told": 1, "restored": 0}
+    assert list(LeaseLinkNotice.objects.values_list("fault_id", "lease_id")) == [
+        (used.pk, lease.pk)]
+    assert unused.pk != used.pk
+
+
+def fault_on(host: str, device: str) -> LinkFault:
+    """An open `down` fault on the cable of `host`'s HCA `device` (as a report would open)."""
+    link = Link.objects.get(ends__hca__description=f"{host} {device}")
+    return LinkFault.objects.create(fabric=link.fabric, link=link, kind="down",
+                                    name=f"{host} {device} port 1", detail="down",
+                                    started_at=timezone.now())
