@@ -34,6 +34,7 @@ import contextlib
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -320,11 +321,12 @@ def _slot_rows(levels, nodes_by_market, options, chosen):
             key = domain_key(node, levels, level)
             free[key] = free.get(key, 0) + gpus
         sizes = sorted({options[chosen[row]].shape.gpus for row in members})
+        domains_with = sorted(Counter(free.values()).items())  # (free GPUs, domains)
         for at, gpus in enumerate(sizes):
             rows_in = np.array([row for row in members if options[chosen[row]].shape.gpus >= gpus])
-            rows.append((rows_in, False, float(sum(f // gpus for f in free.values()))))
-            rows.append((rows_in, True, float(sum(most_packed(f, sizes[at:])
-                                                  for f in free.values()))))
+            rows.append((rows_in, False, float(sum(f // gpus * n for f, n in domains_with))))
+            rows.append((rows_in, True, float(sum(most_packed(f, sizes[at:]) * n
+                                                  for f, n in domains_with))))
     return rows
 
 
@@ -341,10 +343,11 @@ def most_packed(free: int, sizes: Sequence[int]) -> int:
     return reachable.bit_length() - 1
 
 
-def _starting_prices(value, tier_price, cap, gpus, hours, limit):
+def _starting_prices(cheapest, tier_price, cap, gpus, hours, limit):
     """Tier prices to start the subgradient from: what a marginal bidder of H hours and a
     limit of P would pay for each tier, H(P - reserve), the (H, P) of a coarse grid that gives
-    the lowest bound (without the rows); far better than zero, which counts every bid whole."""
+    the lowest bound (without the rows); far better than zero, which counts every bid whole.
+    Each candidate is weighed by `cheapest` (`_CheapestTier`): bids x reserves, not tiers."""
     import numpy as np
 
     best = (np.inf, np.zeros(len(cap)))
@@ -354,7 +357,8 @@ def _starting_prices(value, tier_price, cap, gpus, hours, limit):
         for marginal_limit in np.linspace(low, top, 9):
             pi = np.maximum(0.0, marginal_hours * (marginal_limit - tier_price)
                             / MICROS_PER_DOLLAR)
-            gain = np.max(value - pi[None, :], axis=1) * gpus
+            _, per_gpu = cheapest.best(pi)
+            gain = np.where(per_gpu > _NOWHERE, per_gpu, 0.0) * gpus
             bound = float(cap @ pi + gain[gain > 0].sum())
             if bound < best[0]:
                 best = (bound, pi)
@@ -469,8 +473,8 @@ def lagrangian_bound(
     # the first option of each order, options sorted by order: per-order maxima by reduceat
     by_order = np.argsort(order_ids, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(order_ids[by_order]) != 0])
-    pi = _starting_prices(value, tier_price, cap, gpus, hours, limit)
     cheapest = _CheapestTier(tier_market, tier_price, tier_class, market_of, need, hours, limit)
+    pi = _starting_prices(cheapest, tier_price, cap, gpus, hours, limit)
     mu = np.zeros(len(rows))
     best = (np.inf, pi.copy(), mu.copy())
     step_scale, stale = 1.0, 0
