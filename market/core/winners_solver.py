@@ -277,6 +277,8 @@ GRID = 50_000  # tiers pool reserves rounded down to 5 cents (a valid relaxation
 WHOLE_SHARE = 0.2  # the share of the bound's time spent pricing leaf and spine bids whole
 WHOLE_AFTER_STEPS = 20  # pooled steps before it starts
 WHOLE_STEP_COST = 60  # the time left it needs, in pooled steps (a few of its own)
+WHOLE_SCALE = 0.05  # the step scale the second phase starts from (its rows' slack is large)
+WHOLE_STALE = 2  # steps without a better bound before it halves (only a few fit)
 
 
 def node_need(option: Option, levels: Sequence[str]) -> int:
@@ -505,7 +507,7 @@ def lagrangian_bound(
                 break
             bound, pi, mu, _ = best
             rho = np.zeros(len(whole.capacity))
-            step_scale, stale = 1.0, 0
+            step_scale, stale = WHOLE_SCALE, 0
         penalty = np.zeros(len(chosen))
         for (members, per_gpu, _), price in zip(rows, mu, strict=True):
             if price:
@@ -524,7 +526,7 @@ def lagrangian_bound(
             best, stale = (bound, pi.copy(), mu.copy(), rho.copy()), 0
         else:
             stale += 1
-            if stale > 20:
+            if stale > (WHOLE_STALE if whole is not None else 20):
                 step_scale, stale = step_scale / 2, 0
         # stop when a step like the last would end past the deadline
         if time.perf_counter() + step_seconds > deadline or bound <= incumbent * 1.0001:
@@ -561,9 +563,16 @@ def lagrangian_bound(
             there = winner & (placed >= 0)
             domain_slack = whole.capacity - np.bincount(
                 placed[there], weights=gpus[there], minlength=len(rho))
+        # a multiplier at zero with room to spare stays at zero: left out of the step's norm
+        slack[(pi <= 0) & (slack > 0)] = 0.0
+        row_slack[(mu <= 0) & (row_slack > 0)] = 0.0
+        domain_slack[(rho <= 0) & (domain_slack > 0)] = 0.0
         norm = float(slack @ slack + row_slack @ row_slack + domain_slack @ domain_slack)
-        if norm <= 0:
-            break
+        if norm <= 0:  # no multiplier can move: these prices are optimal for this phase
+            if whole is not None or whole_share <= 0:
+                break
+            whole_from, steps = 0.0, max(steps, WHOLE_AFTER_STEPS + 1)
+            continue
         step = step_scale * (bound - incumbent) / norm
         pi = np.maximum(0.0, pi - step * slack)
         mu = np.maximum(0.0, mu - step * row_slack)
