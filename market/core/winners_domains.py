@@ -50,26 +50,41 @@ class DomainGroups:
 
 
 def domain_groups(levels: Sequence[str], nodes: Sequence[NodeOffer], level: str,
-                  tier_of: Mapping[tuple[int, int], int], grid: int) -> DomainGroups:
-    """`tier_of[(reserve rounded down to grid, node free GPUs)]` -> the bound's tier index."""
+                  tier_of: Mapping[tuple[int, int], int], grid: int,
+                  keys: Sequence[tuple] | None = None) -> DomainGroups:
+    """`tier_of[(reserve rounded down to grid, node free GPUs)]` -> the bound's tier index;
+    `keys`: each node's domain at `level`, when known."""
     import numpy as np
 
-    groups: dict[tuple, dict[tuple[int, int], int]] = {}
-    for node in nodes:
-        mine = groups.setdefault(domain_key(node, levels, level), {})
-        for price in node.reserve_micros:
-            key = (price, node.free_gpus)
-            mine[key] = mine.get(key, 0) + 1
-    width = max((len(mine) for mine in groups.values()), default=0)
-    shape = (len(groups), max(width, 1))
+    if keys is None:
+        keys = [domain_key(node, levels, level) for node in nodes]
+    index: dict[tuple, int] = {}
+    domain_of = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+    sizes = np.array([len(node.reserve_micros) for node in nodes], dtype=np.int64)
+    # one entry per free GPU: (domain, reserve, its node's free GPUs) as one sortable key
+    reserves, reserve_at = np.unique(np.fromiter(
+        (p for node in nodes for p in node.reserve_micros), dtype=np.int64,
+        count=int(sizes.sum())), return_inverse=True)
+    free = np.repeat(sizes, sizes)
+    top = int(free.max()) + 1 if len(free) else 1
+    key = (np.repeat(domain_of, sizes) * len(reserves) + reserve_at) * top + free
+    unique, gpus = np.unique(key, return_counts=True)  # by domain, reserve, size
+    rows = np.stack([unique // top // max(len(reserves), 1),
+                     reserves[unique // top % max(len(reserves), 1)] if len(reserves)
+                     else unique, unique % top], axis=1)
+    first = np.searchsorted(rows[:, 0], np.arange(len(index)))
+    column = np.arange(len(rows)) - first[rows[:, 0]]
+    width = int(column.max()) + 1 if len(rows) else 0
+    shape = (len(index), max(width, 1))
     price = np.zeros(shape)
     tier = np.zeros(shape, dtype=np.int64)
     node_class = np.zeros(shape, dtype=np.int64)
     count = np.zeros(shape)
-    for d, mine in enumerate(groups.values()):
-        for k, ((reserve, free), gpus) in enumerate(sorted(mine.items())):
-            price[d, k], node_class[d, k], count[d, k] = reserve, free, gpus
-            tier[d, k] = tier_of[(reserve // grid * grid, free)]
+    price[rows[:, 0], column] = rows[:, 1]
+    node_class[rows[:, 0], column] = rows[:, 2]
+    count[rows[:, 0], column] = gpus
+    tier[rows[:, 0], column] = [tier_of[(int(reserve) // grid * grid, int(free))]
+                                for reserve, free in rows[:, 1:]]
     return DomainGroups(price, tier, node_class, count)
 
 
@@ -124,7 +139,7 @@ def whole_gains(groups: DomainGroups, pi, hours, limit, gpus, need, rho=None):
 
 
 def domain_capacities(levels: Sequence[str], nodes: Sequence[NodeOffer], level: str,
-                      shapes) -> object:
+                      shapes, keys: Sequence[tuple] | None = None) -> object:
     """Per domain of `level`, in `domain_groups`' order: the most GPUs the given shapes can
     take there between them. The free GPUs of its nodes (in whole slices, where every shape
     asks for the same slice of a node), and then the largest sum of their sizes within that
@@ -137,9 +152,10 @@ def domain_capacities(levels: Sequence[str], nodes: Sequence[NodeOffer], level: 
     slices = {(shape.topology.slice_size or 1) if (shape.topology.slice_level or levels[-1])
               == levels[-1] else 1 for shape in shapes}
     size = slices.pop() if len(slices) == 1 else 1
+    if keys is None:
+        keys = [domain_key(node, levels, level) for node in nodes]
     free: dict[tuple, int] = {}
-    for node in nodes:
-        key = domain_key(node, levels, level)
+    for node, key in zip(nodes, keys, strict=True):
         free[key] = free.get(key, 0) + node.free_gpus // size * size
     sizes = sorted({shape.gpus for shape in shapes})
     packed: dict[int, int] = {}
@@ -168,10 +184,12 @@ class WholeDomains:
         for (market, level), rows in rows_of.items():
             tier_of = {(price, free): tier for (m, price, free), tier in tier_index.items()
                        if m == market}
-            groups = domain_groups(levels, nodes_by_market[market], level, tier_of, grid)
+            nodes = nodes_by_market[market]
+            keys = [domain_key(node, levels, level) for node in nodes]
+            groups = domain_groups(levels, nodes, level, tier_of, grid, keys)
             self.families.append((groups, np.array(rows), sum(len(c) for c in caps)))
-            caps.append(domain_capacities(levels, nodes_by_market[market], level,
-                                          [options[chosen[row]].shape for row in rows]))
+            caps.append(domain_capacities(levels, nodes, level,
+                                          [options[chosen[row]].shape for row in rows], keys))
         # each family's bids in one domain take at most `capacity[d]` GPUs between them: a
         # price `rho[d]` per GPU on that row (a multiplier like the tiers')
         self.capacity = np.concatenate(caps) if caps else np.zeros(0)

@@ -274,7 +274,7 @@ def _group(nodes: Sequence[NodeOffer], levels: Sequence[str], level: str) -> dic
 
 
 GRID = 50_000  # tiers pool reserves rounded down to 5 cents (a valid relaxation)
-WHOLE_SHARE = 0.2  # the share of the bound's time spent pricing leaf and spine bids whole
+WHOLE_SHARE = 0.5  # the share of the bound's time spent pricing leaf and spine bids whole
 WHOLE_AFTER_STEPS = 20  # pooled steps before it starts
 WHOLE_STEP_COST = 60  # the time left it needs, in pooled steps (a few of its own)
 WHOLE_SCALE = 0.05  # the step scale the second phase starts from (its rows' slack is large)
