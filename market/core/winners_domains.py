@@ -117,6 +117,16 @@ def whole_gains(groups: DomainGroups, pi, hours, limit, gpus, need, rho=None):
         price = np.take_along_axis(groups.price[domains], order, axis=1)
         node_class = np.take_along_axis(groups.node_class[domains], order, axis=1)
         tier = np.take_along_axis(groups.tier[domains], order, axis=1)
+        # the bids whose limit clears every reserve here share their open GPUs (those on
+        # nodes that hold their need): one running count and cost per domain serves them all
+        full = limit[bids] >= (price[count > 0].max() if (count > 0).any() else 0.0)
+        for need_at in np.unique(need[bids[full]]):
+            mine = bids[full & (need[bids] == need_at)]
+            _shared_gains(mine, h, cost, count, node_class >= need_at, tier, domains, limit,
+                          gpus, rho, best, where, parts)
+        bids = bids[~full]
+        if not len(bids):
+            continue
         open_ = ((price[None] <= limit[bids, None, None])
                  & (node_class[None] >= need[bids, None, None]))
         usable = np.where(open_, count[None], 0.0)
@@ -163,6 +173,37 @@ def domain_capacities(levels: Sequence[str], nodes: Sequence[NodeOffer], level: 
         if gpus not in packed:
             packed[gpus] = most_packed(gpus, sizes)
     return np.array([float(packed[gpus]) for gpus in free.values()])
+
+
+def _shared_gains(bids, h, cost, count, open_, tier, domains, limit, gpus, rho, best, where,
+                  parts) -> None:
+    """`whole_gains` for bids of `h` hours that may all take the same GPUs (`open_`, domains
+    x groups sorted by cost): the cheapest g of a domain from running totals, so each bid
+    costs domains x groups comparisons, not a deal of its own."""
+    import numpy as np
+
+    usable = np.where(open_, count, 0.0)
+    running = np.cumsum(usable, axis=1)
+    spent = np.cumsum(usable * np.where(usable > 0, cost, 0.0), axis=1)
+    rows = np.arange(len(domains))[None, :]
+    zero = np.zeros((len(domains), 1))
+    running_before = np.concatenate([zero, running], axis=1)
+    spent_before = np.concatenate([zero, spent], axis=1)
+    unit = np.where(usable > 0, cost, 0.0)
+    g = gpus[bids]
+    at = (running[None] < g[:, None, None]).sum(axis=2)  # the group of each bid's last GPU
+    at = np.minimum(at, usable.shape[1] - 1)
+    paid = spent_before[rows, at] + (g[:, None] - running_before[rows, at]) * unit[rows, at]
+    gain = h * limit[bids, None] * g[:, None] / MICROS_PER_DOLLAR - paid
+    if rho is not None:
+        gain = gain - rho[domains][None, :] * g[:, None]
+    gain = np.where(running[:, -1][None, :] >= g[:, None], gain, -np.inf)
+    domain = np.argmax(gain, axis=1)
+    best[bids] = gain[np.arange(len(bids)), domain]
+    where[bids] = np.where(np.isfinite(best[bids]), domains[domain], -1)
+    taken = np.clip(g[:, None] - (running[domain] - usable[domain]), 0.0, usable[domain])
+    bid, group = np.nonzero(taken)
+    parts.append((bids[bid], tier[domain[bid], group], taken[bid, group]))
 
 
 class WholeDomains:

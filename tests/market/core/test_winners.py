@@ -534,3 +534,48 @@ def test_pricing_leaf_bids_whole_lowers_the_bound_and_it_still_holds_the_optimum
     exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
     assert exact.welfare == Decimal("85.00")  # the leaf bid in one leaf, the other's $1 pair
     assert float(exact.welfare) <= bound(0.5) < bound(0.0) - 10
+
+
+def test_a_bid_priced_whole_gets_its_best_domain_as_a_brute_force_finds_it():
+    # bids whose limit clears every reserve share running totals; the others are dealt one by
+    # one: both against every GPU of every domain, one at a time
+    import numpy as np
+
+    from market.core.winners_domains import domain_groups, whole_gains
+    from market.core.winners_solver import GRID
+
+    rng = random.Random(37)
+    for _ in range(20):
+        nodes = [offer(f"s{i // 4}/l{i // 2}/n{i}",
+                       *[f"{rng.randint(100, 300) / 100:.2f}" for _ in range(rng.randint(1, 8))])
+                 for i in range(rng.randint(2, 12))]
+        tiers = {}
+        for node in nodes:
+            for price in node.reserve_micros:
+                tiers.setdefault((price // GRID * GRID, node.free_gpus), len(tiers))
+        level = rng.choice(("leaf", "spine"))
+        groups = domain_groups(LEVELS, nodes, level, tiers, GRID)
+        count = 12
+        hours = np.array([float(rng.randint(1, 3)) for _ in range(count)])
+        limit = np.array([float(rng.randint(100, 320) * 10_000) for _ in range(count)])
+        gpus = np.array([float(rng.choice((1, 2, 4, 6, 8))) for _ in range(count)])
+        need = np.array([rng.choice((1, 1, 4)) for _ in range(count)])
+        pi = np.array([rng.random() * 3 for _ in tiers])
+        domains = {}
+        for node in nodes:
+            domains.setdefault(domain_key(node, LEVELS, level), []).append(node)
+        rho = np.array([rng.random() for _ in domains])
+        gain, _, where = whole_gains(groups, pi, hours, limit, gpus, need, rho)
+        for b in range(count):
+            best = -np.inf
+            for d, members in enumerate(domains.values()):
+                costs = sorted(hours[b] * price / 1e6 + pi[tiers[(price // GRID * GRID,
+                                                                  node.free_gpus)]]
+                               for node in members if node.free_gpus >= need[b]
+                               for price in node.reserve_micros if price <= limit[b])
+                if len(costs) >= gpus[b]:
+                    taken = costs[:int(gpus[b])]
+                    best = max(best, sum(hours[b] * limit[b] / 1e6 - c for c in taken)
+                               - rho[d] * gpus[b])
+            assert gain[b] == pytest.approx(best, abs=1e-6) if np.isfinite(best) else (
+                not np.isfinite(gain[b]) and where[b] == -1)
