@@ -105,7 +105,7 @@ DEFAULT_TIME_LIMIT_S = 5.0
 MIP_MAX_COLUMNS = 20_000  # `take` columns: above this the book is solved by decomposition
 BOUND_SHARE = 0.8  # of the budget, for the bound of a decomposed book; the rest for incumbents
 EXCHANGE_SHARE = 0.1  # of the budget, left to the exchanges after the bound
-MIN_BOUND_SHARE = 0.5
+MIN_BOUND_SHARE = 0.3  # of the time left after the first incumbent, for the bound at least
 MIN_ALTERNATIVES, MAX_ALTERNATIVES = 2, 8
 CENT = 10_000  # micro-dollars
 
@@ -304,8 +304,9 @@ def clear_welfare(
         optimal = False
         usable = _fits_alone(levels, nodes_by_market, options)
         # the bound until a greedy pass, the exchanges' time and two redeals' (theirs varies
-        # with the load) are left, and at least half the budget
-        bound_until = max(started + MIN_BOUND_SHARE * time_limit_s,
+        # with the load) are left, and at least a share of the time left
+        now = time.perf_counter()
+        bound_until = max(now + MIN_BOUND_SHARE * (deadline - now),
                           min(started + BOUND_SHARE * time_limit_s,
                               deadline - one_pass - EXCHANGE_SHARE * time_limit_s
                               - 2 * redeal_s))
