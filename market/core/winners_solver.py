@@ -24,6 +24,8 @@ non-negative multipliers
 is an upper bound on the welfare of every feasible clearing (weak duality): rounding reserves
 down and every relaxation only raise it. The multipliers are improved by subgradient steps
 (Polyak's rule against the incumbent) until the deadline; the best bound seen is returned.
+In a second phase the bids of a leaf or spine are priced placed whole in one domain, with a
+price per domain on what their family takes there (`winners_domains`).
 Each step finds a bid's best tier over reserves, not tiers (`_CheapestTier`), so thousands fit.
 """
 
@@ -34,6 +36,7 @@ import contextlib
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -271,9 +274,11 @@ def _group(nodes: Sequence[NodeOffer], levels: Sequence[str], level: str) -> dic
 
 
 GRID = 50_000  # tiers pool reserves rounded down to 5 cents (a valid relaxation)
-WHOLE_SHARE = 0.2  # the share of the bound's time spent pricing leaf and spine bids whole
+WHOLE_SHARE = 0.5  # the share of the bound's time spent pricing leaf and spine bids whole
 WHOLE_AFTER_STEPS = 20  # pooled steps before it starts
 WHOLE_STEP_COST = 60  # the time left it needs, in pooled steps (a few of its own)
+WHOLE_SCALE = 0.05  # the step scale the second phase starts from (its rows' slack is large)
+WHOLE_STALE = 2  # steps without a better bound before it halves (only a few fit)
 
 
 def node_need(option: Option, levels: Sequence[str]) -> int:
@@ -320,11 +325,12 @@ def _slot_rows(levels, nodes_by_market, options, chosen):
             key = domain_key(node, levels, level)
             free[key] = free.get(key, 0) + gpus
         sizes = sorted({options[chosen[row]].shape.gpus for row in members})
+        domains_with = sorted(Counter(free.values()).items())  # (free GPUs, domains)
         for at, gpus in enumerate(sizes):
             rows_in = np.array([row for row in members if options[chosen[row]].shape.gpus >= gpus])
-            rows.append((rows_in, False, float(sum(f // gpus for f in free.values()))))
-            rows.append((rows_in, True, float(sum(most_packed(f, sizes[at:])
-                                                  for f in free.values()))))
+            rows.append((rows_in, False, float(sum(f // gpus * n for f, n in domains_with))))
+            rows.append((rows_in, True, float(sum(most_packed(f, sizes[at:]) * n
+                                                  for f, n in domains_with))))
     return rows
 
 
@@ -341,10 +347,11 @@ def most_packed(free: int, sizes: Sequence[int]) -> int:
     return reachable.bit_length() - 1
 
 
-def _starting_prices(value, tier_price, cap, gpus, hours, limit):
+def _starting_prices(cheapest, tier_price, cap, gpus, hours, limit):
     """Tier prices to start the subgradient from: what a marginal bidder of H hours and a
     limit of P would pay for each tier, H(P - reserve), the (H, P) of a coarse grid that gives
-    the lowest bound (without the rows); far better than zero, which counts every bid whole."""
+    the lowest bound (without the rows); far better than zero, which counts every bid whole.
+    Each candidate is weighed by `cheapest` (`_CheapestTier`): bids x reserves, not tiers."""
     import numpy as np
 
     best = (np.inf, np.zeros(len(cap)))
@@ -354,7 +361,8 @@ def _starting_prices(value, tier_price, cap, gpus, hours, limit):
         for marginal_limit in np.linspace(low, top, 9):
             pi = np.maximum(0.0, marginal_hours * (marginal_limit - tier_price)
                             / MICROS_PER_DOLLAR)
-            gain = np.max(value - pi[None, :], axis=1) * gpus
+            _, per_gpu = cheapest.best(pi)
+            gain = np.where(per_gpu > _NOWHERE, per_gpu, 0.0) * gpus
             bound = float(cap @ pi + gain[gain > 0].sum())
             if bound < best[0]:
                 best = (bound, pi)
@@ -369,8 +377,11 @@ class _CheapestTier:
     """Each bid's best tier under tier prices pi, without a bids x tiers matrix: a bid's value
     per GPU depends only on the tier's reserve, and the node classes it may use are those at or
     above its need, so the best tier at each reserve is the class at or above the need with the
-    lowest pi (a suffix minimum over classes), and the bid only compares reserves: bids x
-    reserves, several times fewer than bids x tiers, so many more subgradient steps fit."""
+    lowest pi (a suffix minimum over classes). A bid of H hours then takes the reserve r, among
+    those at or below its limit, with the least H x r + that price: the same for every bid of
+    the same market, need, hours and highest reserve it may take, so one table of running
+    best reserves (markets x classes x distinct hours x reserves) answers every bid, and a
+    step costs O(bids), not bids x tiers."""
 
     def __init__(self, tier_market, tier_price, tier_class, market_of, need, hours, limit):
         import numpy as np
@@ -385,10 +396,14 @@ class _CheapestTier:
         self.market_of = market_of
         # the first class at or above each bid's need (past the last: the bid fits no node)
         self.need_at = np.minimum(np.searchsorted(self.classes, need), len(self.classes) - 1)
-        fits = np.searchsorted(self.classes, need) < len(self.classes)
-        value = hours[:, None] * (limit[:, None] - self.prices[None, :]) / MICROS_PER_DOLLAR
-        allowed = (self.prices[None, :] <= limit[:, None]) & fits[:, None]
-        self.value = np.where(allowed, value, -_MISSING)
+        # the dearest reserve each bid may take (-1: none, or it fits no node)
+        self.top = np.searchsorted(self.prices, limit, side="right") - 1
+        self.top[np.searchsorted(self.classes, need) >= len(self.classes)] = -1
+        self.hour_values, self.hour_at = np.unique(hours, return_inverse=True)
+        # each bid's row of the table (markets x classes x hours, reserves), and its worth
+        self.cell = ((market_of * len(self.classes) + self.need_at) * len(self.hour_values)
+                     + self.hour_at) * len(self.prices)
+        self.worth = hours * limit / MICROS_PER_DOLLAR
 
     def best(self, pi):
         """(tier, value - pi of that tier per GPU) of each bid; a value below `_NOWHERE`: no
@@ -402,12 +417,19 @@ class _CheapestTier:
             later = lowest[:, :, c + 1] < lowest[:, :, c]
             lowest[:, :, c] = np.where(later, lowest[:, :, c + 1], lowest[:, :, c])
             at[:, :, c] = np.where(later, at[:, :, c + 1], at[:, :, c])
-        cost = lowest[self.market_of, :, self.need_at]  # bids x reserves
-        reduced = self.value - cost
-        column = np.argmax(reduced, axis=1)
-        rows = np.arange(len(column))
-        tier = self.tier_at[self.market_of, column, at[self.market_of, column, self.need_at]]
-        return np.maximum(tier, 0), reduced[rows, column]
+        # score[m, c, h, r] = -(hours x reserve + price): the best reserve at or below each r
+        score = -(self.hour_values[None, None, :, None] * self.prices[None, None, None, :]
+                  / MICROS_PER_DOLLAR + lowest.transpose(0, 2, 1)[:, :, None, :])
+        running = np.maximum.accumulate(score, axis=3)
+        reserves = np.arange(len(self.prices))
+        best_at = np.maximum.accumulate(np.where(score >= running, reserves, 0), axis=3)
+        m = np.arange(len(lowest))[:, None, None, None]
+        c = np.arange(len(self.classes))[None, :, None, None]
+        tier = self.tier_at[m, best_at, at[m, best_at, c]]
+        cell = self.cell + np.maximum(self.top, 0)
+        reduced = self.worth + running.ravel()[cell]  # hours x (limit - reserve) - price
+        reduced = np.where(self.top >= 0, reduced, -_MISSING)
+        return np.maximum(tier.ravel()[cell], 0), reduced
 
 
 def _room_for_whole(steps: int, step_seconds: float, left: float) -> bool:
@@ -460,19 +482,16 @@ def lagrangian_bound(
     need = np.array([node_need(options[i], levels) for i in chosen])
     market_of = np.array([markets.index(options[i].market) for i in chosen])
     order_ids = np.array([options[i].order for i in chosen])
-    allowed = ((tier_price[None, :] <= limit[:, None]) & (tier_class[None, :] >= need[:, None])
-               & (tier_market[None, :] == market_of[:, None]))
-    value = np.where(allowed, hours[:, None] * (limit[:, None] - tier_price[None, :])
-                     / MICROS_PER_DOLLAR, -np.inf)
     rows = _slot_rows(levels, nodes_by_market, options, chosen)
     row_limit = np.array([limit_ for _, _, limit_ in rows])
     # the first option of each order, options sorted by order: per-order maxima by reduceat
     by_order = np.argsort(order_ids, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(order_ids[by_order]) != 0])
-    pi = _starting_prices(value, tier_price, cap, gpus, hours, limit)
     cheapest = _CheapestTier(tier_market, tier_price, tier_class, market_of, need, hours, limit)
+    pi = _starting_prices(cheapest, tier_price, cap, gpus, hours, limit)
     mu = np.zeros(len(rows))
-    best = (np.inf, pi.copy(), mu.copy())
+    rho = np.zeros(0)  # per domain row of the bids priced whole (`WholeDomains.capacity`)
+    best = (np.inf, pi.copy(), mu.copy(), rho)
     step_scale, stale = 1.0, 0
     whole = None  # the second phase: bids of a leaf or spine priced placed whole
     whole_from = deadline - whole_share * max(0.0, deadline - time.perf_counter())
@@ -486,8 +505,9 @@ def lagrangian_bound(
                                  need, hours, limit, gpus)
             if not whole.families:
                 break
-            bound, pi, mu = best
-            step_scale, stale = 1.0, 0
+            bound, pi, mu, _ = best
+            rho = np.zeros(len(whole.capacity))
+            step_scale, stale = WHOLE_SCALE, 0
         penalty = np.zeros(len(chosen))
         for (members, per_gpu, _), price in zip(rows, mu, strict=True):
             if price:
@@ -495,15 +515,18 @@ def lagrangian_bound(
         tier, per_gpu_gain = cheapest.best(pi)
         gain = np.where(per_gpu_gain > _NOWHERE, gpus * per_gpu_gain - penalty, 0.0)
         if whole is not None:
-            gain, (whole_rows, whole_tiers, whole_gpus) = whole.gains(pi, gain, penalty)
+            gain, (whole_rows, whole_tiers, whole_gpus), placed = whole.gains(
+                pi, gain, penalty, rho)
         sorted_gain = gain[by_order]
         order_best = np.maximum.reduceat(sorted_gain, starts)
         bound = float(cap @ pi + row_limit @ mu + np.maximum(order_best, 0.0).sum())
+        if whole is not None:
+            bound += float(whole.capacity @ rho)
         if bound < best[0] - 1e-6:
-            best, stale = (bound, pi.copy(), mu.copy()), 0
+            best, stale = (bound, pi.copy(), mu.copy(), rho.copy()), 0
         else:
             stale += 1
-            if stale > 20:
+            if stale > (WHOLE_STALE if whole is not None else 20):
                 step_scale, stale = step_scale / 2, 0
         # stop when a step like the last would end past the deadline
         if time.perf_counter() + step_seconds > deadline or bound <= incumbent * 1.0001:
@@ -535,19 +558,31 @@ def lagrangian_bound(
         row_slack = np.array([limit_ - (gpus[members][winner[members]].sum() if per_gpu
                                         else winner[members].sum())
                               for members, per_gpu, limit_ in rows])
-        norm = float(slack @ slack + row_slack @ row_slack)
-        if norm <= 0:
-            break
+        domain_slack = np.zeros(0)
+        if whole is not None:
+            there = winner & (placed >= 0)
+            domain_slack = whole.capacity - np.bincount(
+                placed[there], weights=gpus[there], minlength=len(rho))
+        # a multiplier at zero with room to spare stays at zero: left out of the step's norm
+        slack[(pi <= 0) & (slack > 0)] = 0.0
+        row_slack[(mu <= 0) & (row_slack > 0)] = 0.0
+        domain_slack[(rho <= 0) & (domain_slack > 0)] = 0.0
+        norm = float(slack @ slack + row_slack @ row_slack + domain_slack @ domain_slack)
+        if norm <= 0:  # no multiplier can move: these prices are optimal for this phase
+            if whole is not None or whole_share <= 0:
+                break
+            whole_from, steps = 0.0, max(steps, WHOLE_AFTER_STEPS + 1)
+            continue
         step = step_scale * (bound - incumbent) / norm
         pi = np.maximum(0.0, pi - step * slack)
         mu = np.maximum(0.0, mu - step * row_slack)
-    bound, pi, mu = best
+        rho = np.maximum(0.0, rho - step * domain_slack)
+    bound, pi, mu, _ = best
     penalty = np.zeros(len(chosen))
     for (members, per_gpu, _), price in zip(rows, mu, strict=True):
         penalty[members] += price * gpus[members] if per_gpu else price
-    reduced = value - pi[None, :]
-    per_gpu_gain = reduced.max(axis=1)
-    gains = np.where(np.isfinite(per_gpu_gain), gpus * per_gpu_gain - penalty, -np.inf)
+    _, per_gpu_gain = cheapest.best(pi)
+    gains = np.where(per_gpu_gain > _NOWHERE, gpus * per_gpu_gain - penalty, -np.inf)
     shadow = {}
     for m, market in enumerate(markets):
         mask = tier_market == m

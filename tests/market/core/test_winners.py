@@ -455,13 +455,64 @@ def test_a_leaf_bid_is_priced_by_its_best_whole_leaf_not_the_cheapest_gpus_anywh
     tiers = {(micros("1.00"), 2): 0, (micros("3.00"), 2): 1}
     groups = domain_groups(LEVELS, nodes, "leaf", tiers, GRID)
     pi = np.array([5.0, 0.0])  # a $5 shadow price on each cheap GPU
-    gain, (bids, tier, gpus) = whole_gains(groups, pi, np.array([10.0]),
-                                           np.array([float(micros("4.00"))]),
-                                           np.array([4.0]), np.array([1]))
+    gain, (bids, tier, gpus), where = whole_gains(groups, pi, np.array([10.0]),
+                                                  np.array([float(micros("4.00"))]),
+                                                  np.array([4.0]), np.array([1]))
     # one leaf: 10 h x ($3 + $3 on the cheap GPUs, $1 + $1 on the dear) - 2 x $5 = $70; the
     # pooled relaxation would give it four cheap GPUs: 4 x ($30 - $5) = $100
     assert gain[0] == pytest.approx(70.0)
     assert sorted(zip(tier.tolist(), gpus.tolist(), strict=True)) == [(0, 2.0), (1, 2.0)]
+    assert where[0] == 0  # the first leaf (the two are alike)
+
+
+def test_a_price_on_a_crowded_leaf_sends_its_bid_to_the_other_leaf():
+    import numpy as np
+
+    from market.core.winners_domains import domain_groups, whole_gains
+    from market.core.winners_solver import GRID
+
+    nodes = two_leaves_of_cheap_and_dear_gpus()
+    tiers = {(micros("1.00"), 2): 0, (micros("3.00"), 2): 1}
+    groups = domain_groups(LEVELS, nodes, "leaf", tiers, GRID)
+    gain, _, where = whole_gains(groups, np.zeros(2), np.array([10.0]),
+                                 np.array([float(micros("4.00"))]), np.array([4.0]),
+                                 np.array([1]), rho=np.array([2.0, 0.5]))
+    # $80 in either leaf, less $2 or $0.50 a GPU for its row: the second leaf, $78
+    assert where[0] == 1
+    assert gain[0] == pytest.approx(78.0)
+
+
+def test_a_domain_row_holds_what_its_bids_can_take_there():
+    from market.core.winners_domains import domain_capacities
+
+    nodes = [offer("s1/l1/a1", *["1.00"] * 8), offer("s1/l1/a2", *["1.00"] * 7),
+             offer("s1/l2/b1", *["1.00"] * 8), offer("s1/l2/b2", *["1.00"] * 8)]
+    spine = [bid("s", 8, "3.00", required="spine", slice_size=8)]
+    leaf = [bid("a", 6, "3.00", required="leaf"), bid("b", 4, "3.00", required="leaf")]
+    # in whole nodes of 8: the 7-GPU node gives none
+    assert domain_capacities(LEVELS, nodes, "spine", spine).tolist() == [24.0]
+    # every free GPU, then the largest sum of sizes 4 and 6 within it: 15 -> 14, 16 -> 16
+    assert domain_capacities(LEVELS, nodes, "leaf", leaf).tolist() == [14.0, 16.0]
+
+
+def test_the_bound_with_crowded_leaves_holds_the_proven_optimum_on_random_books():
+    # many leaf and spine bids for few domains: the rows that price each domain bind
+    import time
+
+    from market.core.winners import _fits_alone, options_of
+    from market.core.winners_solver import lagrangian_bound
+
+    rng = random.Random(31)
+    for _ in range(12):
+        nodes, bids = random_book(rng, nodes=rng.randint(6, 12), bids=rng.randint(16, 28))
+        by_market = {H100: nodes}
+        options = options_of(bids, [H100])
+        bound = lagrangian_bound(LEVELS, by_market, options,
+                                 _fits_alone(LEVELS, by_market, options),
+                                 time.perf_counter() + 0.5, incumbent=0.0, whole_share=1.0)[0]
+        exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
+        assert exact.optimal
+        assert bound * (1 + 1e-9) + 1e-6 >= float(exact.welfare)
 
 
 def test_pricing_leaf_bids_whole_lowers_the_bound_and_it_still_holds_the_optimum():
@@ -483,3 +534,48 @@ def test_pricing_leaf_bids_whole_lowers_the_bound_and_it_still_holds_the_optimum
     exact = solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S)
     assert exact.welfare == Decimal("85.00")  # the leaf bid in one leaf, the other's $1 pair
     assert float(exact.welfare) <= bound(0.5) < bound(0.0) - 10
+
+
+def test_a_bid_priced_whole_gets_its_best_domain_as_a_brute_force_finds_it():
+    # bids whose limit clears every reserve share running totals; the others are dealt one by
+    # one: both against every GPU of every domain, one at a time
+    import numpy as np
+
+    from market.core.winners_domains import domain_groups, whole_gains
+    from market.core.winners_solver import GRID
+
+    rng = random.Random(37)
+    for _ in range(20):
+        nodes = [offer(f"s{i // 4}/l{i // 2}/n{i}",
+                       *[f"{rng.randint(100, 300) / 100:.2f}" for _ in range(rng.randint(1, 8))])
+                 for i in range(rng.randint(2, 12))]
+        tiers = {}
+        for node in nodes:
+            for price in node.reserve_micros:
+                tiers.setdefault((price // GRID * GRID, node.free_gpus), len(tiers))
+        level = rng.choice(("leaf", "spine"))
+        groups = domain_groups(LEVELS, nodes, level, tiers, GRID)
+        count = 12
+        hours = np.array([float(rng.randint(1, 3)) for _ in range(count)])
+        limit = np.array([float(rng.randint(100, 320) * 10_000) for _ in range(count)])
+        gpus = np.array([float(rng.choice((1, 2, 4, 6, 8))) for _ in range(count)])
+        need = np.array([rng.choice((1, 1, 4)) for _ in range(count)])
+        pi = np.array([rng.random() * 3 for _ in tiers])
+        domains = {}
+        for node in nodes:
+            domains.setdefault(domain_key(node, LEVELS, level), []).append(node)
+        rho = np.array([rng.random() for _ in domains])
+        gain, _, where = whole_gains(groups, pi, hours, limit, gpus, need, rho)
+        for b in range(count):
+            best = -np.inf
+            for d, members in enumerate(domains.values()):
+                costs = sorted(hours[b] * price / 1e6 + pi[tiers[(price // GRID * GRID,
+                                                                  node.free_gpus)]]
+                               for node in members if node.free_gpus >= need[b]
+                               for price in node.reserve_micros if price <= limit[b])
+                if len(costs) >= gpus[b]:
+                    taken = costs[:int(gpus[b])]
+                    best = max(best, sum(hours[b] * limit[b] / 1e6 - c for c in taken)
+                               - rho[d] * gpus[b])
+            assert gain[b] == pytest.approx(best, abs=1e-6) if np.isfinite(best) else (
+                not np.isfinite(gain[b]) and where[b] == -1)
