@@ -38,6 +38,11 @@ LEFT_OVER_MICROS = 1_000_000
 # elsewhere (on the benchmark's 10,000 bids: +1.3 % welfare for the first greedy, +0.4 % after
 # everything else; $0.10 to $3 all within 0.3 % of each other)
 WHOLE_NODE_MICROS = 1_000_000
+# the same, for a second try of the relaxation-guided pass (`winners.clear_welfare`): its leaf
+# bids, seated first, keep off the whole nodes its spine bids need ($1,746.0k against
+# $1,743.3k on the benchmark's 10,000 bids; alone, it loses up to 3 % on smaller books, so
+# both are tried and the better kept)
+WHOLE_NODE_WIDE_MICROS = 5_000_000
 
 Plan = dict[str, int]  # node -> GPUs
 
@@ -74,7 +79,9 @@ def shape_key(shape: Bid, levels: Sequence[str]) -> ShapeKey:
 class MarketStock:
     """The unsold GPUs of one market, with cached cheapest placements per bid shape."""
 
-    def __init__(self, levels: Sequence[str], nodes: Sequence[NodeOffer]) -> None:
+    def __init__(self, levels: Sequence[str], nodes: Sequence[NodeOffer],
+                 whole_node_micros: int = WHOLE_NODE_MICROS) -> None:
+        self.whole_node_micros = whole_node_micros
         self.levels = tuple(levels)
         self.node_level = self.levels[-1]
         self.prices = {node.name: node.reserve_micros for node in nodes}
@@ -259,11 +266,11 @@ class MarketStock:
 
     def _rank(self, name: str, index: int) -> int:
         """What a bid free to go anywhere counts for a node's GPU `index`: its reserve, plus
-        `WHOLE_NODE_MICROS` for the first GPU of a node still whole (one of the market's
-        largest, nothing sold), which bids needing whole nodes may want."""
+        `whole_node_micros` (`WHOLE_NODE_MICROS`) for the first GPU of a node still whole (one
+        of the market's largest, nothing sold), which bids needing whole nodes may want."""
         price = self.prices[name][index]
         if index == 0 and len(self.prices[name]) == self.whole:
-            return price + WHOLE_NODE_MICROS
+            return price + self.whole_node_micros
         return price
 
     def _cheapest_anywhere(self, key: ShapeKey, limit: int) -> Plan | None:
@@ -293,7 +300,7 @@ class MarketStock:
                 rank, name, index = heapq.heappop(local)
             else:
                 break
-            if rank > limit + WHOLE_NODE_MICROS:
+            if rank > limit + self.whole_node_micros:
                 break  # every GPU left is dearer than the limit
             if self.prices[name][index] > limit:
                 continue  # too dear, and so are the node's next GPUs
@@ -342,12 +349,15 @@ def greedy(
     options: Sequence[Option],
     order: Sequence[int],
     stop: Callable[[], bool] = lambda: False,
+    whole_node_micros: int = WHOLE_NODE_MICROS,
 ) -> list[Sale]:
     """Place options in `order`, each where it costs least, at most one option per order.
     A shape refused once is refused again, without a search, for any later option of the
     same constraint with at least as many GPUs and a limit no higher (capacity only shrinks).
-    `stop()` true: the options left are not tried."""
-    stocks = {market: MarketStock(levels, nodes) for market, nodes in nodes_by_market.items()}
+    `stop()` true: the options left are not tried. `whole_node_micros`: what breaking a node
+    still whole counts for a bid that could go elsewhere (`MarketStock._rank`)."""
+    stocks = {market: MarketStock(levels, nodes, whole_node_micros)
+              for market, nodes in nodes_by_market.items()}
     won: set[int] = set()
     sales: list[Sale] = []
     refused: dict[tuple, list[tuple[int, int]]] = {}

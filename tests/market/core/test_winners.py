@@ -362,6 +362,19 @@ def test_alternatives_across_markets_win_at_most_once_and_stay_feasible(monkeypa
 # --- the incumbent at scale ---------------------------------------------------------------
 
 
+def test_what_breaking_a_whole_node_counts_decides_where_a_bid_free_to_move_goes():
+    from market.core.winners import options_of
+    from market.core.winners_search import WHOLE_NODE_WIDE_MICROS, greedy
+
+    # a whole node $2.50 cheaper than a partial one: broken at $1 more, kept whole at $5
+    nodes = [offer("s1/l1/whole", *["1.00"] * 4), offer("s1/l1/part", "3.50", "3.50")]
+    options = options_of([bid("b", 1, "4.00")], [H100])
+    by_market = {H100: nodes}
+    assert list(greedy(LEVELS, by_market, options, [0])[0].assignment) == ["whole"]
+    wide = greedy(LEVELS, by_market, options, [0], whole_node_micros=WHOLE_NODE_WIDE_MICROS)
+    assert list(wide[0].assignment) == ["part"]
+
+
 def test_redealing_gives_the_longest_bids_the_cheapest_gpus_and_never_loses_welfare():
     from market.core.winners import _welfare_of, options_of, value_order
     from market.core.winners_search import greedy, redeal
