@@ -157,8 +157,6 @@ def domain_capacities(levels: Sequence[str], nodes: Sequence[NodeOffer], level: 
     GPUs there, each GPU once."""
     import numpy as np
 
-    from market.core.winners_solver import most_packed
-
     slices = {(shape.topology.slice_size or 1) if (shape.topology.slice_level or levels[-1])
               == levels[-1] else 1 for shape in shapes}
     size = slices.pop() if len(slices) == 1 else 1
@@ -263,3 +261,16 @@ class WholeDomains:
             return gain, (np.zeros(0, dtype=np.int64),) * 2 + (np.zeros(0),), placed
         return gain, (np.concatenate(rows_out), np.concatenate(tiers_out),
                       np.concatenate(gpus_out)), placed
+
+
+def most_packed(free: int, sizes: Sequence[int]) -> int:
+    """The largest total of bid sizes (each size any number of times) at or below `free`: what
+    a domain with `free` GPUs can hold of bids of these sizes. Tighter than `free` itself: a
+    spine with 304 whole-node GPUs holds 256 of 128- and 256-GPU bids, not 304."""
+    reachable, mask = 1, (1 << (free + 1)) - 1
+    for size in sizes:
+        shift = size
+        while shift <= free:  # doubling shifts add every multiple of the size
+            reachable |= (reachable << shift) & mask
+            shift *= 2
+    return reachable.bit_length() - 1

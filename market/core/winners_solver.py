@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from billing.core.money import MICROS_PER_DOLLAR
 from market.core.clearing import NodeOffer, domain_key
-from market.core.winners_domains import WholeDomains
+from market.core.winners_domains import WholeDomains, most_packed
 from market.core.winners_search import Option, Sale
 
 
@@ -332,19 +332,6 @@ def _slot_rows(levels, nodes_by_market, options, chosen):
             rows.append((rows_in, True, float(sum(most_packed(f, sizes[at:]) * n
                                                   for f, n in domains_with))))
     return rows
-
-
-def most_packed(free: int, sizes: Sequence[int]) -> int:
-    """The largest total of bid sizes (each size any number of times) at or below `free`: what
-    a domain with `free` GPUs can hold of bids of these sizes. Tighter than `free` itself: a
-    spine with 304 whole-node GPUs holds 256 of 128- and 256-GPU bids, not 304."""
-    reachable, mask = 1, (1 << (free + 1)) - 1
-    for size in sizes:
-        shift = size
-        while shift <= free:  # doubling shifts add every multiple of the size
-            reachable |= (reachable << shift) & mask
-            shift *= 2
-    return reachable.bit_length() - 1
 
 
 def _starting_prices(cheapest, tier_price, cap, gpus, hours, limit):
