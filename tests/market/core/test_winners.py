@@ -375,6 +375,26 @@ def test_what_breaking_a_whole_node_counts_decides_where_a_bid_free_to_move_goes
     assert list(wide[0].assignment) == ["part"]
 
 
+def test_a_spine_bid_takes_whole_nodes_from_the_leaf_of_least_room_so_a_leaf_bid_still_fits():
+    from market.core.winners import options_of
+    from market.core.winners_search import ROOM_MICROS, greedy
+
+    # leaf l1: two cheap whole nodes and two GPUs more (room 10); leaf l2: two dearer whole
+    # nodes (room 8). The spine bid needs two whole nodes, the leaf bid 10 GPUs of one leaf
+    nodes = [offer("s1/l1/a", *["1.00"] * 4), offer("s1/l1/b", *["1.00"] * 4),
+             offer("s1/l1/c", "1.00", "1.00"),
+             offer("s1/l2/d", *["1.50"] * 4), offer("s1/l2/e", *["1.50"] * 4)]
+    options = options_of([bid("spine", 8, "4.00", required="spine", slice_size=4),
+                          bid("leaf", 10, "4.00", required="leaf")], [H100])
+    by_market = {H100: nodes}
+
+    cheapest_first = greedy(LEVELS, by_market, options, [0, 1])
+    assert [sorted(sale.assignment) for sale in cheapest_first] == [["a", "b"]]
+
+    roomiest_kept = greedy(LEVELS, by_market, options, [0, 1], room_micros=ROOM_MICROS)
+    assert [sorted(sale.assignment) for sale in roomiest_kept] == [["d", "e"], ["a", "b", "c"]]
+
+
 def test_redealing_gives_the_longest_bids_the_cheapest_gpus_and_never_loses_welfare():
     from market.core.winners import _welfare_of, options_of, value_order
     from market.core.winners_search import greedy, redeal
