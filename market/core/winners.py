@@ -18,16 +18,18 @@ most one alternative of a bid wins. `preferred` is a wish the optimisation ignor
 
 **How.** A reserve-aware greedy gives the first incumbent (`winners_search.greedy`), redealt
 so that the longest winners hold the cheapest of the GPUs the winners share
-(`winners_search.redeal`, exact pool by pool, every constraint kept). A book
+(`winners_search.redeal`: whole placements between winners of one shape, then exact pool by
+pool, every constraint kept). A book
 whose integer programme is small (`MIP_MAX_COLUMNS`) is then solved whole by HiGHS, started
 from that incumbent, within the time budget: `welfare_bound` is the solver's dual bound, valid
 even when the budget stops it. A bigger book is decomposed by Lagrangian relaxation
 (`winners_solver.lagrangian_bound`): GPUs pooled in price tiers per market and node size,
 the packing of bids that need a leaf or a spine held by per-size counts of what the domains
 can hold, every coupling constraint priced by a multiplier improved by subgradient steps; any
-multipliers give a valid bound. The bids the multipliers take (a gain beyond the shadow
-prices) are then placed again by the greedy first, by gain, the rest after them in value
-order; redealt, the better incumbent is kept. Then exchanges (`winners_exchange`) put losing
+multipliers give a valid bound. The leaf and spine bids the multipliers take (a gain beyond
+the shadow prices) are then placed again by the greedy first, the rest after them in value
+order, three ways (spine picks first, keeping the roomiest leaves whole; then the picks in
+value order, twice); redealt, the best incumbent is kept. Then exchanges (`winners_exchange`) put losing
 leaf and spine bids in place of small winners, which go elsewhere or lose, while welfare rises.
 `gap` = (bound - welfare) / bound is therefore certified: the optimum is at most `gap` above
 the welfare sold. `optimal` is true only when HiGHS proved the optimum.
