@@ -437,7 +437,8 @@ def lagrangian_bound(
 ) -> tuple[float, dict[str, Shadow], dict[int, float], dict[int, float]]:
     """An upper bound (dollars) on the welfare of any feasible clearing, each market's tier
     shadow prices, each option's row price (dollars per bid) and its gain under the best
-    multipliers (its value beyond them; positive: the relaxation would take it). `usable[i]`
+    multipliers (its value beyond them, a leaf or spine bid priced placed whole where the
+    second phase ran; positive: the relaxation would take it). `usable[i]`
     false: option i fits nowhere alone, so it is left out (a valid restriction).
     `whole_share`: the share of the time left for the second phase, in which the bids of a
     leaf or spine are priced placed whole in one domain (`winners_domains`); it starts
@@ -564,12 +565,20 @@ def lagrangian_bound(
         pi = np.maximum(0.0, pi - step * slack)
         mu = np.maximum(0.0, mu - step * row_slack)
         rho = np.maximum(0.0, rho - step * domain_slack)
-    bound, pi, mu, _ = best
+    bound, pi, mu, rho = best
     penalty = np.zeros(len(chosen))
     for (members, per_gpu, _), price in zip(rows, mu, strict=True):
         penalty[members] += price * gpus[members] if per_gpu else price
     _, per_gpu_gain = cheapest.best(pi)
     gains = np.where(per_gpu_gain > _NOWHERE, gpus * per_gpu_gain - penalty, -np.inf)
+    if whole is not None:
+        # the second phase's own gains, each leaf and spine bid priced placed whole: its
+        # picks seat $3k more on the benchmark's 10,000 bids than the pooled phase's
+        if len(rho) != len(whole.capacity):  # no better bound in the second phase
+            rho = np.zeros(len(whole.capacity))
+        whole_gain, _, _ = whole.gains(pi, np.where(np.isfinite(gains), gains, 0.0), penalty,
+                                       rho)
+        gains = np.where(per_gpu_gain > _NOWHERE, whole_gain, -np.inf)
     shadow = {}
     for m, market in enumerate(markets):
         mask = tier_market == m
