@@ -48,6 +48,11 @@ WHOLE_NODE_WIDE_MICROS = 5_000_000
 # below the bid's), so it empties the leaves with least room first and keeps the roomiest
 # whole for the leaf bids that follow (+$4-8k on the benchmark's 10,000 bids)
 ROOM_MICROS = 3_000_000
+# ... and in the same pass, every GPU counts this much per free GPU of its leaf for the bids
+# that take GPUs one by one (unconstrained bids, leaf and spine bids without slices): they
+# fill the tight leaves first and break up the roomy ones last (+$0.1-2.8k on the benchmark's
+# books; 10 cents lost $16k: reserves must still decide)
+GPU_ROOM_MICROS = 30_000
 
 Plan = dict[str, int]  # node -> GPUs
 
@@ -85,9 +90,11 @@ class MarketStock:
     """The unsold GPUs of one market, with cached cheapest placements per bid shape."""
 
     def __init__(self, levels: Sequence[str], nodes: Sequence[NodeOffer],
-                 whole_node_micros: int = WHOLE_NODE_MICROS, room_micros: int = 0) -> None:
+                 whole_node_micros: int = WHOLE_NODE_MICROS, room_micros: int = 0,
+                 gpu_room_micros: int = 0) -> None:
         self.whole_node_micros = whole_node_micros
         self.room_micros = room_micros
+        self.gpu_room_micros = gpu_room_micros
         self.levels = tuple(levels)
         self.node_level = self.levels[-1]
         self.prices = {node.name: node.reserve_micros for node in nodes}
@@ -106,6 +113,13 @@ class MarketStock:
         self.heaps: dict[ShapeKey, list] = {}
         self.cheapest: list | None = None  # (rank, node, sold) per node: the global heap
         self.whole = max((len(prices) for prices in self.prices.values()), default=0)
+        # free GPUs per leaf (the level above the node), for `gpu_room_micros`
+        self.leaf_level = self.levels[-2] if len(self.levels) > 1 else None
+        self.room: dict[tuple, int] = {}
+        if self.leaf_level is not None:
+            for node in nodes:
+                leaf = self.domain_of[node.name][self.leaf_level]
+                self.room[leaf] = self.room.get(leaf, 0) + len(node.reserve_micros)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -290,8 +304,11 @@ class MarketStock:
     def _rank(self, name: str, index: int) -> int:
         """What a bid free to go anywhere counts for a node's GPU `index`: its reserve, plus
         `whole_node_micros` (`WHOLE_NODE_MICROS`) for the first GPU of a node still whole (one
-        of the market's largest, nothing sold), which bids needing whole nodes may want."""
+        of the market's largest, nothing sold), which bids needing whole nodes may want, and
+        `gpu_room_micros` per free GPU of its leaf (`GPU_ROOM_MICROS`)."""
         price = self.prices[name][index]
+        if self.gpu_room_micros and self.leaf_level is not None:
+            price += self.gpu_room_micros * self.room[self.domain_of[name][self.leaf_level]]
         if index == 0 and len(self.prices[name]) == self.whole:
             return price + self.whole_node_micros
         return price
@@ -348,6 +365,8 @@ class MarketStock:
             taken[name] = self.next_prices(name, count)
             assert len(taken[name]) == count, "sold more GPUs than a node has"
             self.sold[name] += count
+            if self.leaf_level is not None:
+                self.room[self.domain_of[name][self.leaf_level]] -= count
             for level, domain in self.domain_of[name].items():
                 self.version[(level, domain)] = self._version(level, domain) + 1
             self.version[(self.node_level, (name,))] = self._version(self.node_level,
@@ -374,14 +393,17 @@ def greedy(
     stop: Callable[[], bool] = lambda: False,
     whole_node_micros: int = WHOLE_NODE_MICROS,
     room_micros: int = 0,
+    gpu_room_micros: int = 0,
 ) -> list[Sale]:
     """Place options in `order`, each where it costs least, at most one option per order.
     A shape refused once is refused again, without a search, for any later option of the
     same constraint with at least as many GPUs and a limit no higher (capacity only shrinks).
     `stop()` true: the options left are not tried. `whole_node_micros`: what breaking a node
     still whole counts for a bid that could go elsewhere (`MarketStock._rank`); `room_micros`:
-    what a whole node's leaf room counts for a bid of whole-node slices (`ROOM_MICROS`)."""
-    stocks = {market: MarketStock(levels, nodes, whole_node_micros, room_micros)
+    what a whole node's leaf room counts for a bid of whole-node slices (`ROOM_MICROS`);
+    `gpu_room_micros`: what it counts per GPU for the others (`GPU_ROOM_MICROS`)."""
+    stocks = {market: MarketStock(levels, nodes, whole_node_micros, room_micros,
+                                  gpu_room_micros)
               for market, nodes in nodes_by_market.items()}
     won: set[int] = set()
     sales: list[Sale] = []

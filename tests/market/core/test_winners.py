@@ -395,6 +395,24 @@ def test_a_spine_bid_takes_whole_nodes_from_the_leaf_of_least_room_so_a_leaf_bid
     assert [sorted(sale.assignment) for sale in roomiest_kept] == [["d", "e"], ["a", "b", "c"]]
 
 
+def test_a_bid_free_to_go_anywhere_fills_the_tight_leaf_so_a_leaf_bid_still_fits():
+    from market.core.winners import options_of
+    from market.core.winners_search import GPU_ROOM_MICROS, greedy
+
+    # leaf l2's eight GPUs are a cent cheaper than l1's four; the leaf bid needs all eight
+    nodes = [offer("s1/l1/a", *["1.00"] * 4),
+             offer("s1/l2/b", *["0.99"] * 4), offer("s1/l2/c", *["0.99"] * 4)]
+    options = options_of([bid("anywhere", 4, "4.00"), bid("leaf", 8, "4.00", required="leaf")],
+                         [H100])
+    by_market = {H100: nodes}
+
+    cheapest_first = greedy(LEVELS, by_market, options, [0, 1])
+    assert [sorted(sale.assignment) for sale in cheapest_first] == [["b"]]
+
+    tight_first = greedy(LEVELS, by_market, options, [0, 1], gpu_room_micros=GPU_ROOM_MICROS)
+    assert [sorted(sale.assignment) for sale in tight_first] == [["a"], ["b", "c"]]
+
+
 def test_redealing_gives_the_longest_bids_the_cheapest_gpus_and_never_loses_welfare():
     from market.core.winners import _welfare_of, options_of, value_order
     from market.core.winners_search import greedy, redeal
