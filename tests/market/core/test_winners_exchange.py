@@ -132,3 +132,22 @@ def test_exchanges_keep_every_constraint_and_never_lose_welfare_on_random_books(
         assert welfare(options, result) >= welfare(options, incumbent)
         rose += welfare(options, result) > welfare(options, incumbent)
     assert rose  # the books do hold exchanges that pay
+
+
+def test_gpus_a_chain_leaves_free_go_to_the_next_loser_by_value():
+    # the leaf bid of 4 ($3 x 4) frees the cheapest domain: it evicts the unconstrained bid
+    # of 8 ($0.30 x 8) from n2, which fits nowhere else; its other 4 GPUs go to the loser
+    # of 4 GPUs that can take them ($1 x 4), not left idle
+    nodes = [offer("s1/l1/n1", *["1.00"] * 4), offer("s1/l2/n2", *["1.00"] * 8)]
+    bids = [bid("node-4", 4, "3.50", required="node"), bid("anywhere-8", 8, "1.30"),
+            bid("leaf-4", 4, "4.00", required="leaf"), bid("anywhere-4", 4, "2.00")]
+    options = options_of(bids, [H100])
+    incumbent = [Sale(0, {"n1": 4}, {"n1": (micros("1.00"),) * 4}),
+                 Sale(1, {"n2": 8}, {"n2": (micros("1.00"),) * 8})]
+
+    result = exchanges(LEVELS, {H100: nodes}, options, incumbent, [2, 0, 3, 1])
+
+    assert_feasible(nodes, options, result)
+    assert {bids[options[s.option].order].id: s.assignment for s in result} == {
+        "node-4": {"n1": 4}, "leaf-4": {"n2": 4}, "anywhere-4": {"n2": 4}}
+    assert welfare(options, result) == micros("26.00")  # against $12.40 before
