@@ -198,7 +198,7 @@ class Exchanger:
         pool = [(price, name, -1) for name in names for price in self.free[name]
                 if price <= shape.limit_micros]
         evictees: dict[int, list[tuple[int, str, int]]] = {}
-        if len(pool) < shape.gpus:
+        if len(pool) < shape.gpus and (below is None or below > 0):
             for name in names:
                 for position in self.at[name]:
                     if self.evictable(position):
@@ -286,11 +286,12 @@ class Exchanger:
         """Losers, in value order, each where it adds most on the free GPUs of the nodes the
         chain since `mark` released GPUs on (none evicted); the welfare added."""
         touched = sorted({name for _, plan in self.journal[mark:] if plan for name in plan})
+        free = sum(len(self.free[name]) for name in touched)
+        room: dict[tuple, int] = {}  # free GPUs per (level, domain), until a loser is placed
         gain = Decimal(0)
         tried = 0
         for index in self.order:
-            free = sum(len(self.free[name]) for name in touched)
-            if not free or tried >= REFILL_TRIED:
+            if free <= 0 or tried >= REFILL_TRIED:
                 break
             option = self.options[index]
             shape = option.shape
@@ -304,7 +305,12 @@ class Exchanger:
             else:
                 keys = dict.fromkeys(self.domain_of[name][level] for name in touched
                                      if self.free[name])
-                domains = [self.members[level][key] for key in keys]
+                for key in keys:
+                    if (level, key) not in room:
+                        room[(level, key)] = sum(len(self.free[name])
+                                                 for name in self.members[level][key])
+                domains = [self.members[level][key] for key in keys
+                           if room[(level, key)] >= shape.gpus]
             found = None
             for names in domains:
                 here = self.take(index, names, below=Decimal(0))  # free GPUs only
@@ -313,6 +319,8 @@ class Exchanger:
             if found is not None:
                 self._apply(index, found)
                 gain += found[0]
+                free -= shape.gpus
+                room.clear()
         return gain
 
     def _targets(self) -> list[str]:
