@@ -29,8 +29,9 @@ can hold, every coupling constraint priced by a multiplier improved by subgradie
 multipliers give a valid bound. The leaf and spine bids the multipliers take (a gain beyond
 the shadow prices) are then placed again by the greedy first, the rest after them in value
 order, three ways (spine picks first, keeping the roomiest leaves whole; then the picks in
-value order, twice); redealt, the best incumbent is kept. Then exchanges (`winners_exchange`) put losing
-leaf and spine bids in place of small winners, which go elsewhere or lose, while welfare rises.
+value order, twice); redealt, the best incumbent is kept. Then exchanges (`winners_exchange`)
+put losing leaf and spine bids in place of small winners, which go elsewhere or lose, while
+welfare rises.
 `gap` = (bound - welfare) / bound is therefore certified: the optimum is at most `gap` above
 the welfare sold. `optimal` is true only when HiGHS proved the optimum.
 
@@ -332,11 +333,12 @@ def clear_welfare(
         # leaf, each in value order), each whole node a spine pick takes from the leaves of
         # least room (`ROOM_MICROS`), keeping the roomiest whole for the leaf picks after it,
         # and the bids taking GPUs one by one fill the tight leaves first (`GPU_ROOM_MICROS`;
-        # in all three passes it lost 0.7 % on a one-spine slice); (2) the picks in value order, whole nodes dearer to break (`WHOLE_NODE_WIDE_MICROS`),
-        # so the leaf picks keep off the whole nodes the spine picks need; (3) the same at the
-        # first pass's price. On the benchmark's 10,000 bids (1) seats 64 spine picks with 229
-        # leaf picks (against 53 and 249) and is $6-9k better than (2); (1) first, as the
-        # deadline cuts the last pass short
+        # in all three passes it lost 0.7 % on a one-spine slice); (2) the picks in value
+        # order, whole nodes dearer to break (`WHOLE_NODE_WIDE_MICROS`), so the leaf picks
+        # keep off the whole nodes the spine picks need; (3) the same at the first pass's
+        # price. On the benchmark's 10,000 bids (1) seats 64 spine picks with 229 leaf picks
+        # (against 53 and 249) and is $6-9k better than (2); (1) first, as the deadline cuts
+        # the last pass short
         depth = {level: d for d, level in enumerate(levels)}
         widest = sorted((i for i in in_value_order if i in picked),
                         key=lambda i: depth[options[i].shape.topology.required])

@@ -113,8 +113,8 @@ class MarketStock:
         self.heaps: dict[ShapeKey, list] = {}
         self.cheapest: list | None = None  # (rank, node, sold) per node: the global heap
         self.whole = max((len(prices) for prices in self.prices.values()), default=0)
-        # free GPUs per leaf (the level above the node), for `gpu_room_micros`
-        self.leaf_level = self.levels[-2] if len(self.levels) > 1 else None
+        # free GPUs per leaf (the level above the node), kept only for `gpu_room_micros`
+        self.leaf_level = self.levels[-2] if gpu_room_micros and len(self.levels) > 1 else None
         self.room: dict[tuple, int] = {}
         if self.leaf_level is not None:
             for node in nodes:
@@ -307,7 +307,7 @@ class MarketStock:
         of the market's largest, nothing sold), which bids needing whole nodes may want, and
         `gpu_room_micros` per free GPU of its leaf (`GPU_ROOM_MICROS`)."""
         price = self.prices[name][index]
-        if self.gpu_room_micros and self.leaf_level is not None:
+        if self.leaf_level is not None:
             price += self.gpu_room_micros * self.room[self.domain_of[name][self.leaf_level]]
         if index == 0 and len(self.prices[name]) == self.whole:
             return price + self.whole_node_micros
@@ -494,8 +494,8 @@ def redeal(levels: Sequence[str], nodes_by_market: Mapping[str, Sequence[NodeOff
     in value order, does not see that).
 
     First whole placements change hands between winners of one shape (`_swap_placements`),
-    then pool by pool: the market (the bids free to take any GPU), then each domain of each level
-    down to the node (the GPUs there of the bids `movable` within it, each bid keeping its
+    then pool by pool: the market (the bids free to take any GPU), then each domain of each
+    level down to the node (the GPUs there of the bids `movable` within it, each bid keeping its
     count there). Within a pool the deal is exact: the dearest GPU goes to the bid of fewest
     hours among those that may take it (limit at or above its reserve) and still want GPUs,
     then the next dearest, and so on. Exchanging GPUs between two bids proves it no worse than
