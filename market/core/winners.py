@@ -28,8 +28,9 @@ the packing of bids that need a leaf or a spine held by per-size counts of what 
 can hold, every coupling constraint priced by a multiplier improved by subgradient steps; any
 multipliers give a valid bound. The leaf and spine bids the multipliers take (a gain beyond
 the shadow prices) are then placed again by the greedy first, the rest after them in value
-order, three ways (spine picks first, keeping the roomiest leaves whole; then the picks in
-value order, twice); redealt, the best incumbent is kept. Then exchanges (`winners_exchange`)
+order, three ways (the picks with fewest domains that could hold them first, a spine pick
+keeping the roomiest leaves whole; then the picks in value order, twice); redealt, the best
+incumbent is kept. Then exchanges (`winners_exchange`)
 put losing leaf and spine bids in place of small winners, which go elsewhere or lose, while
 welfare rises.
 `gap` = (bound - welfare) / bound is therefore certified: the optimum is at most `gap` above
@@ -93,6 +94,7 @@ from market.core.winners_search import (
     MarketStock,
     Option,
     Sale,
+    domains_holding,
     fits_at_any_price,
     greedy,
     lowest_fitting_limits,
@@ -329,22 +331,23 @@ def clear_welfare(
         node_level = levels[-1]
         picked = {i for i, gain in gains.items()
                   if gain > 0 and options[i].shape.topology.required not in (None, node_level)}
-        # three orders, the best kept: (1) the picks widest level first (spine before
-        # leaf, each in value order), each whole node a spine pick takes from the leaves of
-        # least room (`ROOM_MICROS`), keeping the roomiest whole for the leaf picks after it,
-        # and the bids taking GPUs one by one fill the tight leaves first (`GPU_ROOM_MICROS`;
-        # in all three passes it lost 0.7 % on a one-spine slice); (2) the picks in value
-        # order, whole nodes dearer to break (`WHOLE_NODE_WIDE_MICROS`), so the leaf picks
-        # keep off the whole nodes the spine picks need; (3) the same at the first pass's
-        # price. On the benchmark's 10,000 bids (1) seats 64 spine picks with 229 leaf picks
-        # (against 53 and 249) and is $6-9k better than (2); (1) first, as the deadline cuts
-        # the last pass short
-        depth = {level: d for d, level in enumerate(levels)}
-        widest = sorted((i for i in in_value_order if i in picked),
-                        key=lambda i: depth[options[i].shape.topology.required])
+        # three orders, the best kept: (1) the picks whose room is scarcest first (fewest
+        # domains that could hold them: 64-GPU leaf bids fit 16 leaves of the benchmark's
+        # 782, spine bids most of its 49 spines, 16-GPU leaf bids 764 leaves), then the
+        # wider level, each in value order; each whole node a spine pick takes comes from the
+        # leaves of least room (`ROOM_MICROS`), keeping the roomiest whole for the leaf picks
+        # after it, and the bids taking GPUs one by one fill the tight leaves first
+        # (`GPU_ROOM_MICROS`; in all three passes it lost 0.7 % on a one-spine slice); (2)
+        # the picks in value order, whole nodes dearer to break (`WHOLE_NODE_WIDE_MICROS`), so
+        # the leaf picks keep off the whole nodes the spine picks need; (3) the same at the
+        # first pass's price. On the benchmark's 10,000 bids (1) is $20k better than (2):
+        # seated before the spine picks, 15 of the 16 leaves that hold 64 GPUs get a 64-GPU
+        # leaf bid (7 when the spine picks went first, their whole nodes spread over those
+        # leaves: $12k less); (1) first, as the deadline cuts the last pass short
+        scarcest = seating_order(levels, nodes_by_market, options, picked, in_value_order)
         rest = [i for i in in_value_order if i not in picked]
         in_turn = [i for i in in_value_order if i in picked] + rest
-        passes = ((widest + rest, WHOLE_NODE_MICROS, ROOM_MICROS, GPU_ROOM_MICROS),
+        passes = ((scarcest + rest, WHOLE_NODE_MICROS, ROOM_MICROS, GPU_ROOM_MICROS),
                   (in_turn, WHOLE_NODE_WIDE_MICROS, 0, 0), (in_turn, WHOLE_NODE_MICROS, 0, 0))
         other: list[Sale] = []
         greedy_s = 0.0  # the first pass's time
@@ -406,6 +409,16 @@ def clear_welfare(
         gap=_gap(welfare, bound), optimal=optimal, seconds=seconds,
         price_to_win_seconds=time.perf_counter() - priced_from,
     )
+
+
+def seating_order(levels, nodes_by_market, options, picked, in_value_order) -> list[int]:
+    """The relaxation's picks (options of a required level), scarcest room first: fewest
+    domains that could hold them (`domains_holding`), then the wider level, each in
+    `in_value_order`."""
+    depth = {level: d for d, level in enumerate(levels)}
+    holding = domains_holding(levels, nodes_by_market, options, picked)
+    return sorted((i for i in in_value_order if i in picked),
+                  key=lambda i: (holding[i], depth.get(options[i].shape.topology.required, 0)))
 
 
 def _exchanged(levels, nodes_by_market, options, best, order, deadline: float,

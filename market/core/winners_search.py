@@ -465,6 +465,37 @@ def lowest_fitting_limits(levels: Sequence[str], nodes_by_market: Mapping[str, S
     return lowest
 
 
+def domains_holding(levels: Sequence[str], nodes_by_market: Mapping[str, Sequence[NodeOffer]],
+                    options: Sequence[Option], indices: Iterable[int]) -> dict[int, int]:
+    """For each of the options `indices`, how many domains of its required level (the market
+    when none) could hold it with nothing sold, at any price: how scarce its room is."""
+    stocks: dict[str, MarketStock] = {}
+    free: dict[tuple, list[int]] = {}  # (market, level) -> each domain's free GPUs
+    holding: dict[tuple, int] = {}
+    result = {}
+    for i in indices:
+        option = options[i]
+        key = shape_key(option.shape, levels)
+        family = (option.market, key)
+        if family not in holding:
+            if option.market not in stocks:
+                stocks[option.market] = MarketStock(levels, nodes_by_market[option.market])
+            stock = stocks[option.market]
+            domains = stock._domain_keys(key.level)
+            if key.slice_size == 1 and key.runtimes is None:  # any of its free GPUs will do
+                where = (option.market, key.level)
+                if where not in free:
+                    free[where] = [sum(stock.available(name)
+                                       for name in stock._members(key.level, domain))
+                                   for domain in domains]
+                holding[family] = sum(gpus >= key.gpus for gpus in free[where])
+            else:
+                holding[family] = sum(stock.evaluate(key, domain) is not None
+                                      for domain in domains)
+        result[i] = holding[family]
+    return result
+
+
 def fits_at_any_price(stock: MarketStock, shape: Bid, levels: Sequence[str]) -> bool:
     return stock.fits(shape_key(shape, levels), max(
         (prices[-1] for prices in stock.prices.values() if prices), default=0))

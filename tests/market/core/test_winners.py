@@ -395,6 +395,72 @@ def test_a_spine_bid_takes_whole_nodes_from_the_leaf_of_least_room_so_a_leaf_bid
     assert [sorted(sale.assignment) for sale in roomiest_kept] == [["d", "e"], ["a", "b", "c"]]
 
 
+def test_the_domains_that_could_hold_a_shape_are_counted_with_nothing_sold():
+    from market.core.winners import options_of
+    from market.core.winners_search import domains_holding
+
+    # s1: leaf l1 of four whole nodes (16 GPUs), leaf l2 of one node and a half-sold one;
+    # s2: two whole nodes
+    nodes = [*(offer(f"s1/l1/a{i}", *["1.00"] * 4) for i in range(4)),
+             offer("s1/l2/b", *["1.00"] * 4), offer("s1/l2/c", "1.00", "1.00"),
+             offer("s2/l3/d", *["1.50"] * 4), offer("s2/l3/e", *["1.50"] * 4)]
+    options = options_of([bid("leaf16", 16, "4.00", required="leaf"),
+                          bid("leaf6", 6, "4.00", required="leaf"),
+                          bid("spine20", 20, "4.00", required="spine", slice_size=4),
+                          bid("spine22", 22, "4.00", required="spine"),
+                          bid("spine24", 24, "4.00", required="spine", slice_size=4)], [H100])
+
+    holding = domains_holding(LEVELS, {H100: nodes}, options, range(len(options)))
+
+    # 16 GPUs: l1 only; 6: l1 and l2 (4 + 2), and l3; 20 in whole nodes: s1 (5 whole nodes);
+    # 22 GPUs one by one: s1 (22); 24 in whole nodes: none (s1 has 5 whole nodes, not 6)
+    assert [holding[i] for i in range(len(options))] == [1, 3, 1, 1, 0]
+
+
+def test_a_leaf_bid_few_leaves_can_hold_is_seated_before_a_spine_bid_breaks_its_leaf():
+    from market.core.winners import options_of, seating_order
+    from market.core.winners_search import ROOM_MICROS, greedy
+
+    # s1: leaf l1, four cheap whole nodes, the only leaf that holds 16 GPUs; leaf l2, one
+    # more. s2: three dear whole nodes. The spine bid fits in either spine; seated first, it
+    # takes s1's l2 node (least room) and one of l1's, and the leaf bid is left without a leaf
+    nodes = [*(offer(f"s1/l1/a{i}", *["1.00"] * 4) for i in range(4)),
+             offer("s1/l2/b", *["1.00"] * 4),
+             *(offer(f"s2/l3/{name}", *["3.00"] * 4) for name in "def")]
+    options = options_of([bid("spine", 8, "4.50", required="spine", slice_size=4),
+                          bid("leaf", 16, "4.00", required="leaf")], [H100])
+    by_market = {H100: nodes}
+
+    widest_first = greedy(LEVELS, by_market, options, [0, 1], room_micros=ROOM_MICROS)
+    assert [options[sale.option].shape.id for sale in widest_first] == ["spine"]
+    assert sorted(widest_first[0].assignment) == ["a0", "b"]
+
+    order = seating_order(LEVELS, by_market, options, {0, 1}, [0, 1])
+    assert order == [1, 0]  # the leaf bid: one leaf holds it; the spine bid: two spines
+    scarcest_first = greedy(LEVELS, by_market, options, order, room_micros=ROOM_MICROS)
+    assert [(options[sale.option].shape.id, sorted(sale.assignment))
+            for sale in scarcest_first] == [("leaf", ["a0", "a1", "a2", "a3"]),
+                                            ("spine", ["d", "e"])]
+
+
+def test_a_clearing_seats_a_leaf_bid_only_one_leaf_holds_beside_a_spine_bid(monkeypatch):
+    import market.core.winners as module
+
+    monkeypatch.setattr(module, "MIP_MAX_COLUMNS", 0)  # as if the book were too big
+    nodes = [*(offer(f"s1/l1/a{i}", *["1.00"] * 4) for i in range(4)),
+             offer("s1/l2/b", *["1.00"] * 4),
+             *(offer(f"s2/l3/{name}", *["3.00"] * 4) for name in "def")]
+    bids = [bid("leaf", 16, "4.00", required="leaf"),
+            bid("spine", 8, "4.50", required="spine", slice_size=4)]
+
+    clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=1.0, price_to_win=False)
+
+    assert_feasible(clearing, nodes)
+    assert winners(clearing) == ["leaf", "spine"]
+    assert sorted(clearing.winner("spine").assignment) == ["d", "e"]
+    assert clearing.welfare == Decimal("60.00")  # 16 x $3 + 8 x $1.50: the optimum
+
+
 def test_a_bid_free_to_go_anywhere_fills_the_tight_leaf_so_a_leaf_bid_still_fits():
     from market.core.winners import options_of
     from market.core.winners_search import GPU_ROOM_MICROS, greedy
