@@ -123,6 +123,8 @@ def welfare_clearing(nodes, bids) -> None:
 
 
 def small_gaps(seed: int, instances: int, one_hour: bool, one_reserve: bool = False) -> None:
+    if instances <= 0:  # `--small 0`: the full-scale clearing only
+        return
     rng = random.Random(seed + 1000)
     greedy_gaps, gaps, certified, solve_times, clear_times = [], [], [], [], []
     price_times, refused_counts, optimal_count = [], [], 0

@@ -274,7 +274,10 @@ def _group(nodes: Sequence[NodeOffer], levels: Sequence[str], level: str) -> dic
 
 
 GRID = 50_000  # tiers pool reserves rounded down to 5 cents (a valid relaxation)
-WHOLE_SHARE = 0.5  # the share of the bound's time spent pricing leaf and spine bids whole
+# the share of the bound's time spent pricing leaf and spine bids whole: the pooled prices
+# have all but converged within the first 30 % on the benchmark's 10,000 bids, while each
+# whole step still lowers the bound (0.7 against 0.5: $1.0k lower in 3.6 s)
+WHOLE_SHARE = 0.7
 WHOLE_AFTER_STEPS = 20  # pooled steps before it starts
 WHOLE_STEP_COST = 60  # the time left it needs, in pooled steps (a few of its own)
 WHOLE_SCALE = 0.05  # the step scale the second phase starts from (its rows' slack is large)

@@ -542,6 +542,52 @@ def test_a_long_leaf_bid_takes_the_cheaper_leaf_of_a_shorter_one_it_may_take(sho
         assert [sale.assignment for sale in dealt] == [{"n1": 4}, {"n2": 4}]
 
 
+@pytest.mark.parametrize("required", ["spine", "node"])
+def test_a_long_bid_held_on_its_node_takes_the_cheaper_node_a_shorter_bid_sold(required):
+    from market.core.winners import _welfare_of, options_of
+    from market.core.winners_search import Sale, redeal
+
+    # a spine bid's whole-node slice and a `node` bid never leave their node in the pools;
+    # the two nodes, of two leaves, have as many free GPUs: what they sold changes nodes
+    nodes = [offer("s1/l1/a", *["1.00"] * 4), offer("s1/l2/b", *["2.00"] * 4)]
+    long_bid = bid("long", 4, "3.00", hours=10, required=required,
+                   slice_size=4 if required == "spine" else None)
+    options = options_of([long_bid, bid("short", 4, "3.00", hours=1)], [H100])
+    sales = [Sale(0, {"b": 4}, {"b": (micros("2.00"),) * 4}),
+             Sale(1, {"a": 4}, {"a": (micros("1.00"),) * 4})]
+
+    dealt = redeal(LEVELS, {H100: nodes}, options, sales)
+
+    assert [sale.assignment for sale in dealt] == [{"a": 4}, {"b": 4}]
+    # 10 h x 4 GPUs $1.00 cheaper, 1 h x 4 GPUs $1.00 dearer
+    assert _welfare_of(options, dealt) - _welfare_of(options, sales) == 36 * micros("1.00")
+
+
+@pytest.mark.parametrize("blocker", ["leaf bid", "limit", "runtime", "free GPUs", "spine"])
+def test_two_nodes_exchange_what_they_sold_only_where_every_bid_may_sit_on_the_other(blocker):
+    from market.core.winners import options_of
+    from market.core.winners_search import Sale, redeal
+
+    spine_b = "s2" if blocker == "spine" else "s1"  # nodes are paired within one spine
+    nodes = [offer("s1/l1/a", *["1.00"] * 4),
+             offer(f"{spine_b}/l2/b", *["2.00"] * (5 if blocker == "free GPUs" else 4))]
+    long_bid = bid("long", 4, "3.00", hours=10, required="node")
+    short_bid = bid("short", 4, "1.50" if blocker == "limit" else "3.00", hours=1,
+                    required="leaf" if blocker == "leaf bid" else None)
+    if blocker == "runtime":
+        nodes[0] = replace(nodes[0], runtime="slurm")
+        long_bid = replace(long_bid, runtimes=frozenset({"none"}))
+    options = options_of([long_bid, short_bid], [H100])
+    sales = [Sale(0, {"b": 4}, {"b": (micros("2.00"),) * 4}),
+             Sale(1, {"a": 4}, {"a": (micros("1.00"),) * 4})]
+
+    dealt = redeal(LEVELS, {H100: nodes}, options, sales)
+
+    # the short bid may not leave leaf l1, nor pay $2.00 above its $1.50; the long one may
+    # not run on a's runtime; b has a GPU more than a; the nodes are in two spines
+    assert [sale.assignment for sale in dealt] == [{"b": 4}, {"a": 4}]
+
+
 def test_a_domain_holds_the_largest_sum_of_bid_sizes_within_its_free_gpus():
     from market.core.winners_solver import most_packed
 
