@@ -461,6 +461,30 @@ def test_a_clearing_seats_a_leaf_bid_only_one_leaf_holds_beside_a_spine_bid(monk
     assert clearing.welfare == Decimal("60.00")  # 16 x $3 + 8 x $1.50: the optimum
 
 
+def test_a_leaf_pick_the_seating_pass_lost_is_tried_seated_first(monkeypatch):
+    import market.core.winners as module
+
+    monkeypatch.setattr(module, "MIP_MAX_COLUMNS", 0)  # as if the book were too big
+    # one spine of seven whole nodes; the spine bid needs five, the leaf bid 9 GPUs of a
+    # leaf: l1 holds it only whole (two whole nodes and a node of 2 GPUs), l2 only whole (three
+    # whole nodes). The spine bid, scarcer (one spine holds it), is seated first and takes the
+    # nodes of least room: l3's two, l1's two, then one of l2's, and the leaf bid fits nowhere.
+    # Seated first, the leaf bid takes l1, and the spine bid l3's and l2's nodes
+    nodes = [offer("s1/l1/a1", *["1.00"] * 4), offer("s1/l1/a2", *["1.00"] * 4),
+             offer("s1/l1/a3", "1.00", "1.00"),
+             *(offer(f"s1/l2/b{i}", *["1.00"] * 4) for i in range(3)),
+             *(offer(f"s1/l3/c{i}", *["1.00"] * 4) for i in range(2))]
+    bids = [bid("spine", 20, "4.50", hours=10, required="spine", slice_size=4),
+            bid("leaf", 9, "4.00", hours=10, required="leaf")]
+
+    clearing = clear_welfare(LEVELS, nodes, bids, time_limit_s=1.0, price_to_win=False)
+
+    assert_feasible(clearing, nodes)
+    assert winners(clearing) == ["leaf", "spine"]
+    assert sorted(clearing.winner("leaf").assignment) == ["a1", "a2", "a3"]
+    assert clearing.welfare == solve_exact(LEVELS, nodes, bids, time_limit_s=EXACT_S).welfare
+
+
 def test_a_bid_free_to_go_anywhere_fills_the_tight_leaf_so_a_leaf_bid_still_fits():
     from market.core.winners import options_of
     from market.core.winners_search import GPU_ROOM_MICROS, greedy
