@@ -374,6 +374,8 @@ def clear_welfare(
             if other and (pass_started + greedy_s + 3 * redeal_s
                           + EXCHANGE_SHARE * time_limit_s > deadline):
                 break
+            if callable(order):  # a pass with a losing pick first, built when it runs
+                order = order()
             attempt = greedy(levels, nodes_by_market, options, order,
                              stop=lambda: time.perf_counter() > deadline - 2 * redeal_s,
                              whole_node_micros=whole_node_micros, room_micros=room_micros,
@@ -386,7 +388,7 @@ def clear_welfare(
                 won = {options[sale.option].order for sale in attempt}
                 losing = sorted((i for i in picked if options[i].order not in won),
                                 key=lambda i: -gains[i])[:PROMOTED_TRIED]
-                passes[1:1] = [([i] + [j for j in scarcest if j != i] + rest,
+                passes[1:1] = [(lambda i=i: [i] + [j for j in scarcest if j != i] + rest,
                                 WHOLE_NODE_MICROS, ROOM_MICROS, GPU_ROOM_MICROS)
                                for i in losing]
         redeal_started = time.perf_counter()
