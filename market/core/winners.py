@@ -360,11 +360,24 @@ def clear_welfare(
         scarcest = seating_order(levels, nodes_by_market, options, picked, in_value_order)
         rest = [i for i in in_value_order if i not in picked]
         in_turn = [i for i in in_value_order if i in picked] + rest
-        passes = [(scarcest + rest, WHOLE_NODE_MICROS, ROOM_MICROS, GPU_ROOM_MICROS),
-                  (in_turn, WHOLE_NODE_WIDE_MICROS, 0, 0), (in_turn, WHOLE_NODE_MICROS, 0, 0)]
+        first_won: set[int] = set()  # the orders the first pass seated
+
+        def passes():
+            """(order, whole node, room, GPU room) of each pass, each order built only when
+            its pass is reached"""
+            yield scarcest + rest, WHOLE_NODE_MICROS, ROOM_MICROS, GPU_ROOM_MICROS
+            # the first pass again with each of its losing picks seated first
+            losing = sorted((i for i in picked if options[i].order not in first_won),
+                            key=lambda i: -gains[i])
+            for i in losing[:PROMOTED_TRIED]:
+                yield ([i] + [j for j in scarcest if j != i] + rest,
+                       WHOLE_NODE_MICROS, ROOM_MICROS, GPU_ROOM_MICROS)
+            yield in_turn, WHOLE_NODE_WIDE_MICROS, 0, 0
+            yield in_turn, WHOLE_NODE_MICROS, 0, 0
+
         other: list[Sale] = []
         greedy_s = 0.0  # the first pass's time
-        for at, (order, whole_node_micros, room_micros, gpu_room_micros) in enumerate(passes):
+        for at, (order, whole_node_micros, room_micros, gpu_room_micros) in enumerate(passes()):
             pass_started = time.perf_counter()
             if pass_started > deadline - 2 * redeal_s:
                 break
@@ -374,23 +387,15 @@ def clear_welfare(
             if other and (pass_started + greedy_s + 3 * redeal_s
                           + EXCHANGE_SHARE * time_limit_s > deadline):
                 break
-            if callable(order):  # a pass with a losing pick first, built when it runs
-                order = order()
             attempt = greedy(levels, nodes_by_market, options, order,
                              stop=lambda: time.perf_counter() > deadline - 2 * redeal_s,
                              whole_node_micros=whole_node_micros, room_micros=room_micros,
                              gpu_room_micros=gpu_room_micros)
-            greedy_s = greedy_s or time.perf_counter() - pass_started
+            if at == 0:
+                greedy_s = time.perf_counter() - pass_started
+                first_won.update(options[sale.option].order for sale in attempt)
             if _welfare_of(options, attempt) > _welfare_of(options, other):
                 other = attempt
-            if at == 0:  # the first pass again with each of its losing picks seated first
-                # (`PROMOTED_TRIED`), before the value-order passes
-                won = {options[sale.option].order for sale in attempt}
-                losing = sorted((i for i in picked if options[i].order not in won),
-                                key=lambda i: -gains[i])[:PROMOTED_TRIED]
-                passes[1:1] = [(lambda i=i: [i] + [j for j in scarcest if j != i] + rest,
-                                WHOLE_NODE_MICROS, ROOM_MICROS, GPU_ROOM_MICROS)
-                               for i in losing]
         redeal_started = time.perf_counter()
         other = redeal(levels, nodes_by_market, options, other)
         redeal_s = time.perf_counter() - redeal_started
